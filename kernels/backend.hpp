@@ -1,0 +1,84 @@
+// The op interface. The engine runs every numeric op through a Backend; the CPU
+// backend (kernels/cpu) is always built and is the reference the CUDA backend is
+// checked against. Pointers are in the backend's memory space. Matrices are row
+// major; a weight W has `rows` output features of `cols` inputs each, so
+// y[t][r] = sum_c W[r][c] * x[t][c].
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/dtype.hpp"
+#include "kernels/shape_registry.hpp"
+
+namespace inferd::kernels {
+
+struct WeightView {
+  DType type = DType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0;  // output features
+  int64_t cols = 0;  // input features (multiple of the type's block size)
+  size_t row_stride = 0;  // bytes between rows
+};
+
+// One layer of the paged KV cache: blocks of `block_size` token slots, each slot
+// holding n_kv_heads * head_dim values for K and for V, in `type` (F16 or F32).
+// Layout: [block][slot][kv_head][head_dim].
+struct KvLayerView {
+  DType type = DType::F16;
+  void* k = nullptr;
+  void* v = nullptr;
+  int block_size = 16;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// What attention needs of each token of a step: which sequence's block table it
+// reads and its own position (it attends to positions 0..pos inclusive).
+struct AttnToken {
+  const int32_t* block_table = nullptr;
+  int32_t pos = 0;
+};
+
+struct RopeParams {
+  int n_rot = 0;           // rotated dimensions per head (<= head_dim)
+  float freq_base = 10000.f;
+  float freq_scale = 1.f;  // linear scaling: position * freq_scale
+  bool neox = false;       // false: adjacent pairs (GGUF llama); true: halves
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int threads() const = 0;
+
+  // out[t][:] = dequantized row ids[t] of table (embedding lookup).
+  virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tokens. x: [n_tokens][cols], y: [n_tokens][rows].
+  virtual void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // y = x / rms(x) * weight, per row of n.
+  virtual void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) = 0;
+  // In place on x: [n_tokens][n_heads][head_dim], position pos[t] for token t.
+  virtual void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim,
+                    const RopeParams& p) = 0;
+  // out = silu(gate) * up, elementwise over n.
+  virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // y += x, elementwise over n.
+  virtual void add(float* y, const float* x, int64_t n) = 0;
+  // Writes k, v ([n_tokens][n_kv_heads][head_dim]) into the slots of the tokens' positions.
+  virtual void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
+                        const float* v) = 0;
+  // Causal attention through the block tables. q: [n_tokens][n_heads][head_dim],
+  // out: same shape. Grouped-query: head h reads kv head h / (n_heads / n_kv_heads).
+  virtual void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q,
+                         int n_heads, float scale, float* out) = 0;
+
+  ShapeRegistry& shapes() { return ShapeRegistry::global(); }
+};
+
+// threads <= 0: one per online core.
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace inferd::kernels

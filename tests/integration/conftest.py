@@ -1,0 +1,121 @@
+"""Fixtures that start the real inferd binary on a free loopback port."""
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import requests
+
+SRC = pathlib.Path(os.environ.get("INFERD_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+BUILD = pathlib.Path(os.environ.get("INFERD_BUILD_DIR", SRC / "build"))
+INFERD = BUILD / "daemon" / "inferd"
+INFERCTL = BUILD / "tools" / "inferctl"
+
+
+def default_model():
+    env = os.environ.get("INFERD_MODEL")
+    if env:
+        return env
+    cache = os.environ.get("INFERD_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "inferd")
+    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """One inferd process: its port, its stderr file, and helpers to talk to it."""
+
+    def __init__(self, args, env=None, wait_state=None, timeout=120):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile(prefix="inferd-", suffix=".log", delete=False)
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(self.port)] + list(args)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
+        if wait_state is not None:
+            self.wait_for(wait_state, timeout)
+
+    def get(self, path, **kw):
+        kw.setdefault("timeout", 10)
+        return requests.get(self.url + path, **kw)
+
+    def post(self, path, **kw):
+        kw.setdefault("timeout", 60)
+        return requests.post(self.url + path, **kw)
+
+    def state(self):
+        try:
+            return self.get("/health/ready", timeout=2).json().get("state")
+        except (requests.RequestException, ValueError):
+            return None
+
+    def wait_for(self, state, timeout=120):
+        """Waits until /health/ready reports `state` ("live" waits for /health/live only)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if state == "live":
+                    if self.get("/health/live", timeout=2).status_code == 200:
+                        return
+                elif self.state() == state:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"inferd did not reach {state} in {timeout}s:\n{self.output()}")
+
+    def output(self):
+        self.log.flush()
+        return pathlib.Path(self.log.name).read_text(errors="replace")
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout=60):
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+@pytest.fixture
+def start_daemon():
+    """Factory: start_daemon(args, env=None, wait_state='Serving') -> Daemon; all stopped at teardown."""
+    started = []
+
+    def _start(args=(), env=None, wait_state="Serving", timeout=120):
+        d = Daemon(args, env=env, wait_state=wait_state, timeout=timeout)
+        started.append(d)
+        return d
+
+    yield _start
+    for d in started:
+        d.stop()
+
+
+@pytest.fixture(scope="module")
+def serving_daemon():
+    """One daemon on the default model shared by a module's tests."""
+    d = Daemon(["--model", default_model()], wait_state="Serving", timeout=300)
+    yield d
+    d.stop()
