@@ -2,6 +2,7 @@
 // drawn there are refused; every transition is logged and counted for /metrics.
 #pragma once
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -20,13 +21,16 @@ std::string_view to_string(State s);
 class Lifecycle {
  public:
   using Observer = std::function<void(State from, State to, std::string_view reason)>;
+  using PhaseObserver = std::function<void(State state, std::string_view phase)>;
 
   Lifecycle();
 
   static bool allowed(State from, State to);
 
+  // Lock-free, so log sinks may read it from anywhere.
   State state() const;
   // Free text naming the current step inside a state (e.g. the warm-up phase).
+  // A transition clears it.
   std::string phase() const;
   void set_phase(std::string phase);
 
@@ -40,16 +44,22 @@ class Lifecycle {
   // transitions_[from][to]: how many times each edge was taken.
   std::array<std::array<uint64_t, kStateCount>, kStateCount> transition_counts() const;
 
-  // Called (outside the lock) after every transition, in registration order.
+  // Called (outside the state lock, one notification at a time, in registration
+  // order) after every transition; phase observers after every set_phase().
   void on_change(Observer obs);
+  void on_phase(PhaseObserver obs);
 
  private:
   mutable std::mutex mu_;
-  State state_ = State::Starting;
+  // Serialises notifications so observers see transitions in the order they
+  // happened; recursive so an observer may itself call transition().
+  std::recursive_mutex notify_mu_;
+  std::atomic<State> state_ = State::Starting;
   std::string phase_;
   std::chrono::steady_clock::time_point started_;
   std::array<std::array<uint64_t, kStateCount>, kStateCount> counts_{};
   std::vector<Observer> observers_;
+  std::vector<PhaseObserver> phase_observers_;
 };
 
 }  // namespace inferd::daemon

@@ -1,1 +1,67 @@
-int main() { return 0; }
+// inferd: parse the configuration, set up logging, run the daemon.
+// Exit status: 0 after a clean stop, 1 when start-up or serving failed,
+// 2 for a configuration error (one line on stderr).
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/config.hpp"
+#include "daemon/daemon.hpp"
+#include "daemon/engine_host.hpp"
+#include "daemon/logging.hpp"
+#include "engine/fault_points.hpp"
+#include "inferd_config.h"
+
+int main(int argc, char** argv) {
+  using namespace inferd::daemon;
+  const std::vector<std::string_view> args(argv + 1, argv + argc);
+  CommandLine cmd;
+  Config cfg;
+  try {
+    cmd = parse_command_line(args);
+    if (cmd.help) {
+      std::fputs(usage().c_str(), stdout);
+      return 0;
+    }
+    if (cmd.version) {
+      std::printf("inferd %s\n", INFERD_VERSION);
+      return 0;
+    }
+    cfg = load_config(cmd);
+  } catch (const ConfigError& e) {
+    // One line, whatever a quoted value contained.
+    std::string line = e.what();
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    std::fprintf(stderr, "inferd: %s\n", line.c_str());
+    return 2;
+  }
+  if (const char* spec = std::getenv("INFERD_FAULTS")) {
+    try {
+      inferd::engine::arm_faults_from_spec(spec);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "inferd: INFERD_FAULTS: %s\n", e.what());
+      return 2;
+    }
+  }
+
+  // A client that hangs up must not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  const std::string target = init_logging(cfg.log);
+  spdlog::info("inferd {} starting (log level {}, to {})", INFERD_VERSION, cfg.log.level, target);
+  for (const auto& [name, value] : inferd::engine::armed_faults())
+    spdlog::warn("fault point armed: {}{}{}", name, value.empty() ? "" : "=", value);
+  try {
+    Daemon daemon(std::move(cfg), std::move(cmd));
+    EngineHost engine(daemon);  // destroyed before the daemon: it beats the daemon's heartbeat
+    return daemon.run();
+  } catch (const std::exception& e) {
+    spdlog::critical("{}", e.what());
+    return 1;
+  }
+}

@@ -1,1 +1,170 @@
-// placeholder: filled in by its owner
+// The Llama architecture (SmolLM2, Llama 2/3, Mistral): pre-norm decoder blocks
+// with grouped-query attention, RoPE, RMSNorm and a SwiGLU feed-forward.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/aligned_buffer.hpp"
+#include "engine/gguf_reader.hpp"
+#include "engine/kv_cache.hpp"
+#include "engine/model_registry.hpp"
+
+namespace inferd::engine {
+namespace {
+
+using kernels::WeightView;
+
+struct LlamaLayer {
+  const float* attn_norm;
+  WeightView wq, wk, wv, wo;
+  const float* ffn_norm;
+  WeightView w_gate, w_up, w_down;
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(const GgufFile& f, kernels::Backend& be) : be_(be) {
+    read_config(f);
+    load_weights(f);
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+
+  void forward(const StepBatch& b, KvCache& kv, float* logits) override {
+    const int64_t T = static_cast<int64_t>(b.size());
+    if (T == 0) return;
+    const int D = cfg_.dim, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim;
+    float* x = x_.reserve(T * D);
+    float* h = h_.reserve(T * D);
+    float* q = q_.reserve(T * H * hd);
+    float* k = k_.reserve(T * Hkv * hd);
+    float* v = v_.reserve(T * Hkv * hd);
+    float* att = att_.reserve(T * H * hd);
+    float* gate = gate_.reserve(T * cfg_.ffn_dim);
+    float* up = up_.reserve(T * cfg_.ffn_dim);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+    be_.get_rows(tok_embd_, b.tokens.data(), T, x);
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      const LlamaLayer& L = layers_[l];
+      const auto kvl = kv.layer(l);
+      be_.rmsnorm(x, L.attn_norm, h, T, D, cfg_.norm_eps);
+      be_.matmul(L.wq, h, T, q);
+      be_.matmul(L.wk, h, T, k);
+      be_.matmul(L.wv, h, T, v);
+      be_.rope(q, b.positions.data(), T, H, hd, cfg_.rope);
+      be_.rope(k, b.positions.data(), T, Hkv, hd, cfg_.rope);
+      be_.kv_store(kvl, b.attn.data(), T, k, v);
+      be_.attention(kvl, b.attn.data(), T, q, H, scale, att);
+      be_.matmul(L.wo, att, T, h);
+      be_.add(x, h, T * D);
+
+      be_.rmsnorm(x, L.ffn_norm, h, T, D, cfg_.norm_eps);
+      be_.matmul(L.w_gate, h, T, gate);
+      be_.matmul(L.w_up, h, T, up);
+      be_.silu_mul(gate, up, gate, T * cfg_.ffn_dim);
+      be_.matmul(L.w_down, gate, T, h);
+      be_.add(x, h, T * D);
+    }
+
+    // Only the rows whose logits are wanted go through the final norm and the head.
+    const int64_t R = static_cast<int64_t>(b.logits_rows.size());
+    if (R == 0) return;
+    float* sel = h;
+    for (int64_t r = 0; r < R; ++r) {
+      const float* src = x + static_cast<int64_t>(b.logits_rows[r]) * D;
+      std::copy(src, src + D, sel + r * D);
+    }
+    float* normed = q_.reserve(std::max<int64_t>(T * H * hd, R * D));
+    be_.rmsnorm(sel, out_norm_, normed, R, D, cfg_.norm_eps);
+    be_.matmul(output_, normed, R, logits);
+  }
+
+ private:
+  void read_config(const GgufFile& f) {
+    const std::string a = f.get_string("general.architecture").value_or("llama");
+    auto need_int = [&](const std::string& key) -> int {
+      auto v = f.get_int(a + "." + key);
+      if (!v || *v <= 0) throw LoadError(f.path(), 0, "missing or invalid " + a + "." + key);
+      return static_cast<int>(*v);
+    };
+    cfg_.architecture = a;
+    cfg_.name = f.get_string("general.name").value_or("");
+    cfg_.n_layers = need_int("block_count");
+    cfg_.dim = need_int("embedding_length");
+    cfg_.n_heads = need_int("attention.head_count");
+    cfg_.n_kv_heads = static_cast<int>(f.get_int(a + ".attention.head_count_kv").value_or(cfg_.n_heads));
+    cfg_.ffn_dim = need_int("feed_forward_length");
+    cfg_.max_context = need_int("context_length");
+    if (cfg_.dim % cfg_.n_heads != 0 || cfg_.n_kv_heads <= 0 || cfg_.n_heads % cfg_.n_kv_heads != 0)
+      throw LoadError(f.path(), 0, "inconsistent head counts");
+    cfg_.head_dim = cfg_.dim / cfg_.n_heads;
+    cfg_.norm_eps = static_cast<float>(f.get_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
+    cfg_.rope.n_rot = static_cast<int>(f.get_int(a + ".rope.dimension_count").value_or(cfg_.head_dim));
+    cfg_.rope.freq_base = static_cast<float>(f.get_float(a + ".rope.freq_base").value_or(10000.0));
+    cfg_.rope.neox = false;  // GGUF llama stores Q/K permuted for adjacent-pair rotation
+    const std::string scaling = f.get_string(a + ".rope.scaling.type").value_or("none");
+    if (scaling == "linear") {
+      cfg_.rope.freq_scale = 1.0f / static_cast<float>(f.get_float(a + ".rope.scaling.factor").value_or(1.0));
+    } else if (scaling != "none") {
+      throw LoadError(f.path(), 0, "unsupported rope scaling '" + scaling + "'");
+    }
+    if (cfg_.rope.n_rot > cfg_.head_dim || cfg_.rope.n_rot % 2 != 0)
+      throw LoadError(f.path(), 0, "invalid rope.dimension_count");
+  }
+
+  static WeightView view(const GgufTensorInfo& t) {
+    return WeightView{t.type, t.data, t.rows(), t.cols(), kernels::row_bytes(t.type, t.cols())};
+  }
+
+  const float* f32(const GgufFile& f, const std::string& name, int64_t n) {
+    const auto& t = f.tensor(name, {n});
+    if (t.type != kernels::DType::F32) throw LoadError(f.path(), t.offset, name + ": expected F32");
+    return static_cast<const float*>(t.data);
+  }
+
+  void load_weights(const GgufFile& f) {
+    const int64_t D = cfg_.dim, Dkv = int64_t(cfg_.n_kv_heads) * cfg_.head_dim, F = cfg_.ffn_dim;
+    const auto& emb = f.tensor("token_embd.weight");
+    if (emb.dims.size() != 2 || emb.dims[0] != D) throw LoadError(f.path(), emb.offset, "token_embd.weight: bad shape");
+    cfg_.vocab = static_cast<int>(emb.dims[1]);
+    tok_embd_ = view(emb);
+    out_norm_ = f32(f, "output_norm.weight", D);
+    if (const auto* out = f.find_tensor("output.weight")) {
+      output_ = view(f.tensor("output.weight", {D, cfg_.vocab}));
+      (void)out;
+    } else {
+      output_ = tok_embd_;
+      cfg_.tied_embeddings = true;
+    }
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      LlamaLayer L;
+      L.attn_norm = f32(f, p + "attn_norm.weight", D);
+      L.wq = view(f.tensor(p + "attn_q.weight", {D, D}));
+      L.wk = view(f.tensor(p + "attn_k.weight", {D, Dkv}));
+      L.wv = view(f.tensor(p + "attn_v.weight", {D, Dkv}));
+      L.wo = view(f.tensor(p + "attn_output.weight", {D, D}));
+      L.ffn_norm = f32(f, p + "ffn_norm.weight", D);
+      L.w_gate = view(f.tensor(p + "ffn_gate.weight", {D, F}));
+      L.w_up = view(f.tensor(p + "ffn_up.weight", {D, F}));
+      L.w_down = view(f.tensor(p + "ffn_down.weight", {F, D}));
+      layers_.push_back(L);
+    }
+  }
+
+  kernels::Backend& be_;
+  ModelConfig cfg_;
+  WeightView tok_embd_, output_;
+  const float* out_norm_ = nullptr;
+  std::vector<LlamaLayer> layers_;
+  AlignedBuffer x_, h_, q_, k_, v_, att_, gate_, up_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_llama(const GgufFile& file, kernels::Backend& backend) {
+  return std::make_unique<LlamaModel>(file, backend);
+}
+
+}  // namespace inferd::engine

@@ -1,1 +1,55 @@
-// placeholder: filled in by its owner
+#include "kernels/dtype.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace inferd::kernels {
+namespace {
+
+// Block layouts (ggml's): Q4_0 {f16 d; 16 bytes}, Q4_1 {f16 d, m; 16 bytes},
+// Q8_0 {f16 d; 32 int8}, Q8_1 {f16 d, s; 32 int8}; all of 32 elements.
+constexpr DTypeTraits kF32{"f32", 1, 4};
+constexpr DTypeTraits kF16{"f16", 1, 2};
+constexpr DTypeTraits kBF16{"bf16", 1, 2};
+constexpr DTypeTraits kQ4_0{"q4_0", 32, 18};
+constexpr DTypeTraits kQ4_1{"q4_1", 32, 20};
+constexpr DTypeTraits kQ8_0{"q8_0", 32, 34};
+constexpr DTypeTraits kQ8_1{"q8_1", 32, 36};
+
+}  // namespace
+
+std::optional<DType> dtype_from_id(uint32_t id) {
+  switch (id) {
+    case 0: return DType::F32;
+    case 1: return DType::F16;
+    case 2: return DType::Q4_0;
+    case 3: return DType::Q4_1;
+    case 8: return DType::Q8_0;
+    case 9: return DType::Q8_1;
+    case 30: return DType::BF16;
+    default: return std::nullopt;
+  }
+}
+
+const DTypeTraits& traits(DType t) {
+  switch (t) {
+    case DType::F32: return kF32;
+    case DType::F16: return kF16;
+    case DType::BF16: return kBF16;
+    case DType::Q4_0: return kQ4_0;
+    case DType::Q4_1: return kQ4_1;
+    case DType::Q8_0: return kQ8_0;
+    case DType::Q8_1: return kQ8_1;
+  }
+  throw std::invalid_argument("unknown dtype " + std::to_string(static_cast<uint32_t>(t)));
+}
+
+size_t row_bytes(DType t, int64_t n) {
+  const DTypeTraits& tr = traits(t);
+  if (n < 0 || n % tr.block_elems != 0)
+    throw std::invalid_argument(std::string("row of ") + std::to_string(n) + " elements is not a whole number of " +
+                                std::string(tr.name) + " blocks");
+  return static_cast<size_t>(n / tr.block_elems) * tr.block_bytes;
+}
+
+}  // namespace inferd::kernels

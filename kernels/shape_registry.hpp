@@ -37,6 +37,10 @@ class ShapeRegistry {
  public:
   using ColdHook = std::function<void(const ShapeKey&)>;
 
+  ShapeRegistry();
+  ShapeRegistry(const ShapeRegistry&) = delete;
+  ShapeRegistry& operator=(const ShapeRegistry&) = delete;
+
   // Returns true when this is the key's first use.
   bool touch(const ShapeKey& key, double cost_s);
   bool seen(const ShapeKey& key) const;
@@ -51,14 +55,28 @@ class ShapeRegistry {
   static ShapeRegistry& global();
 
  private:
+  friend class LaunchScope;
+  struct Entry {
+    std::atomic<uint64_t> count{0};
+    ShapeUse use;  // count unused here; see `count`
+    bool live = false;
+  };
+  // Records a use under the lock; the entry's address stays valid for the
+  // registry's lifetime (entries are reset by clear(), never erased).
+  Entry* touch_entry(const ShapeKey& key, double cost_s, bool* first);
+
   mutable std::mutex mu_;
-  std::unordered_map<ShapeKey, ShapeUse, ShapeKeyHash> uses_;
+  std::unordered_map<ShapeKey, Entry, ShapeKeyHash> uses_;
   std::atomic<bool> sealed_{false};
   std::atomic<uint64_t> cold_{0};
+  // Unique over all registries and renewed by clear(): launch-site caches keyed by
+  // it never hand out an entry of a cleared or destroyed registry.
+  std::atomic<uint64_t> epoch_;
   ColdHook hook_;
 };
 
-// Times a launch and touches its key on destruction. Cheap after first use.
+// Times a launch and touches its key on destruction. Builds the key strings on
+// every launch; hot launch sites use LaunchScope.
 class ShapeScope {
  public:
   ShapeScope(ShapeRegistry& reg, const char* op, std::string bucket)
@@ -72,6 +90,34 @@ class ShapeScope {
  private:
   ShapeRegistry& reg_;
   ShapeKey key_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// A shape key in numeric form, for the hot path: the op and dimension names are
+// string literals and the bucket text "n=576,k=1536,t=8" is only formatted on a
+// key's first use.
+struct LaunchKey {
+  const char* op = "";    // e.g. "matmul.q4_1"
+  const char* dims = "";  // comma-separated names of v[0..]: "n,k,t"
+  int64_t v[4] = {0, 0, 0, 0};
+  ShapeKey key() const;
+  bool operator==(const LaunchKey&) const = default;
+};
+
+// Like ShapeScope, for launch sites that run hundreds of times per token: a key
+// this thread has already seen costs a lookup in a small per-thread cache and an
+// atomic increment; only a first use is timed and goes through the registry's lock.
+class LaunchScope {
+ public:
+  explicit LaunchScope(const LaunchKey& key, ShapeRegistry& reg = ShapeRegistry::global());
+  ~LaunchScope();
+  LaunchScope(const LaunchScope&) = delete;
+  LaunchScope& operator=(const LaunchScope&) = delete;
+
+ private:
+  ShapeRegistry& reg_;
+  LaunchKey key_;
+  bool cached_;
   std::chrono::steady_clock::time_point start_;
 };
 

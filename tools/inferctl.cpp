@@ -1,1 +1,67 @@
-int main() { return 0; }
+// inferctl: the operator's command-line tool. Each subcommand lives in its own
+// file and is listed once in kCommands below.
+#include <iostream>
+#include <stdexcept>
+#include <string_view>
+
+#include "tools/inferctl_commands.hpp"
+
+namespace inferd::tools {
+
+int cmd_status(const Args& args);  // status.cpp
+int cmd_bench(const Args& args);   // bench.cpp
+
+namespace {
+
+struct Command {
+  std::string_view name;
+  std::string_view summary;
+  int (*run)(const Args&);
+};
+
+constexpr Command kCommands[] = {
+    {"status", "state, warm-up phase, uptime and model of a running daemon", cmd_status},
+    {"generate", "one prompt through the embedded engine, streamed to stdout", cmd_generate},
+    {"bench", "benchmarks with JSON output: engine alone", cmd_bench},
+};
+
+void usage(std::ostream& out) {
+  out << "usage: inferctl <command> [options]\n\ncommands:\n";
+  for (const auto& c : kCommands) {
+    out << "  " << c.name;
+    for (size_t i = c.name.size(); i < 14; ++i) out << ' ';
+    out << c.summary << "\n";
+  }
+  out << "\n'inferctl <command> --help' shows a command's options.\n";
+}
+
+}  // namespace
+
+}  // namespace inferd::tools
+
+int main(int argc, char** argv) {
+  using namespace inferd::tools;
+  if (argc < 2) {
+    usage(std::cerr);
+    return 2;
+  }
+  const std::string_view name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    usage(std::cout);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (c.name != name) continue;
+    try {
+      return c.run(Args(argc, argv, 2));
+    } catch (const std::invalid_argument& e) {  // bad flags and values
+      std::cerr << "inferctl " << name << ": " << e.what() << "\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << "inferctl " << name << ": " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cerr << "inferctl: unknown command '" << name << "' (see inferctl --help)\n";
+  return 2;
+}

@@ -1,1 +1,338 @@
-// placeholder: filled in by its owner
+// The CPU backend: validates arguments, registers each launch's shape key,
+// splits the work over the thread pool and runs the inner loops of the kernel
+// table chosen for this CPU.
+#include "kernels/cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/kernel_table.hpp"
+#include "kernels/half.hpp"
+#include "kernels/quantize.hpp"
+#include "kernels/thread_pool.hpp"
+
+namespace inferd::kernels {
+namespace cpu {
+
+const KernelTable* avx2_kernels() {
+#if INFERD_HAVE_AVX2_KERNELS
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok ? &kAvx2Kernels : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+namespace {
+
+bool is_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+
+const char* matmul_op(DType t) {
+  switch (t) {
+    case DType::F32: return "matmul.f32";
+    case DType::F16: return "matmul.f16";
+    case DType::BF16: return "matmul.bf16";
+    case DType::Q4_0: return "matmul.q4_0";
+    case DType::Q4_1: return "matmul.q4_1";
+    case DType::Q8_0: return "matmul.q8_0";
+    default: throw std::invalid_argument("matmul: unsupported weight type " + std::string(traits(t).name));
+  }
+}
+
+const char* typed_op(const char* f16, const char* f32, DType t) {
+  if (t == DType::F16) return f16;
+  if (t == DType::F32) return f32;
+  throw std::invalid_argument("kv cache type must be f16 or f32, not " + std::string(traits(t).name));
+}
+
+// Each thread gets several row chunks so that uneven progress evens out.
+constexpr int kChunksPerThread = 4;
+constexpr int64_t kRowAlign = 4;           // chunks start on a row tile boundary
+constexpr int64_t kParallelElems = 1 << 15;  // below this an elementwise op runs on the caller
+constexpr int kMaxHeadDim = 1024;
+constexpr int kMaxTileTokens = 4;  // tokens of one sequence per attention task
+constexpr int kMaxQueries = 32;    // query vectors (tokens x heads of a kv group) per attention task
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(int threads, const KernelTable& k) : k_(k), pool_(threads) {}
+
+  std::string name() const override { return std::string("cpu-") + k_.isa; }
+  int threads() const override { return pool_.size(); }
+
+  void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) override {
+    LaunchScope scope({get_rows_op(table.type), "k,t", {table.cols, pow2_bucket(n)}});
+    for (int64_t t = 0; t < n; ++t) {
+      if (ids[t] < 0 || ids[t] >= table.rows)
+        throw std::out_of_range("get_rows: id " + std::to_string(ids[t]) + " outside [0, " +
+                                std::to_string(table.rows) + ")");
+      dequantize_row(table.type, static_cast<const uint8_t*>(table.data) + ids[t] * table.row_stride,
+                     out + t * table.cols, table.cols);
+    }
+  }
+
+  void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) override {
+    LaunchScope scope({matmul_op(w.type), "n,k,t", {w.rows, w.cols, pow2_bucket(n_tokens)}});
+    if (n_tokens <= 0 || w.rows <= 0) return;
+    const int64_t chunk = row_chunk(w.rows);
+    const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+    if (!is_quantized(w.type)) {
+      pool_.parallel_for(n_chunks, [&](int64_t c, int) {
+        k_.matmul_float(w, x, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
+      });
+      return;
+    }
+    if (w.cols % 32 != 0) throw std::invalid_argument("matmul: quantized row length not a multiple of 32");
+    const int64_t nb = w.cols / 32;
+    const int64_t n_tiles = (n_tokens + cpu::kActTileTokens - 1) / cpu::kActTileTokens * nb;
+    if (act_.size() < static_cast<size_t>(n_tiles)) act_.resize(n_tiles);
+    cpu::ActTile* xq = act_.data();
+    auto quantize = [&](int64_t t, int) {
+      k_.quantize_act(w.type, x + t * w.cols, w.cols, xq + (t / cpu::kActTileTokens) * nb,
+                      static_cast<int>(t % cpu::kActTileTokens));
+    };
+    if (n_tokens * w.cols < kParallelElems) {
+      for (int64_t t = 0; t < n_tokens; ++t) quantize(t, 0);
+    } else {
+      pool_.parallel_for(n_tokens, quantize);
+    }
+    pool_.parallel_for(n_chunks, [&](int64_t c, int) {
+      k_.matmul_quant(w, xq, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
+    });
+  }
+
+  void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) override {
+    LaunchScope scope({"rmsnorm", "n,t", {n, pow2_bucket(n_rows)}});
+    if (n_rows * n < kParallelElems) {
+      for (int64_t r = 0; r < n_rows; ++r) k_.rmsnorm_row(x + r * n, weight, y + r * n, n, eps);
+      return;
+    }
+    pool_.parallel_for(n_rows, [&](int64_t r, int) { k_.rmsnorm_row(x + r * n, weight, y + r * n, n, eps); });
+  }
+
+  void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim,
+            const RopeParams& p) override {
+    LaunchScope scope({p.neox ? "rope.neox" : "rope.norm", "h,d,t", {n_heads, head_dim, pow2_bucket(n_tokens)}});
+    if (p.n_rot <= 0 || p.n_rot > head_dim || p.n_rot % 2 != 0 || p.n_rot > kMaxHeadDim)
+      throw std::invalid_argument("rope: n_rot must be even and within head_dim");
+    const int half = p.n_rot / 2;
+    // theta_i = pos * freq_scale * base^(-2i/n_rot), with base^(-2i/n_rot) built by
+    // repeated multiplication in float as the reference does.
+    const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+    float cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float theta = static_cast<float>(pos[t]);
+      for (int i = 0; i < half; ++i) {
+        const float angle = p.freq_scale * theta;
+        cs[i] = std::cos(angle);
+        sn[i] = std::sin(angle);
+        theta *= theta_scale;
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          float* a = p.neox ? v + i : v + 2 * i;
+          float* b = p.neox ? v + i + half : v + 2 * i + 1;
+          const float x0 = *a, x1 = *b;
+          *a = x0 * cs[i] - x1 * sn[i];
+          *b = x0 * sn[i] + x1 * cs[i];
+        }
+      }
+    }
+  }
+
+  void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
+    LaunchScope scope({"silu_mul", "n", {pow2_bucket(n)}});
+    elementwise(n, [&](int64_t i0, int64_t i1) { k_.silu_mul(gate + i0, up + i0, out + i0, i1 - i0); });
+  }
+
+  void add(float* y, const float* x, int64_t n) override {
+    LaunchScope scope({"add", "n", {pow2_bucket(n)}});
+    elementwise(n, [&](int64_t i0, int64_t i1) { k_.add(y + i0, x + i0, i1 - i0); });
+  }
+
+  void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
+                const float* v) override {
+    LaunchScope scope(
+        {typed_op("kv_store.f16", "kv_store.f32", kv.type), "kvh,d,t", {kv.n_kv_heads, kv.head_dim,
+                                                                        pow2_bucket(n_tokens)}});
+    const int64_t row = int64_t(kv.n_kv_heads) * kv.head_dim;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const int32_t pos = toks[t].pos;
+      const int64_t slot = int64_t(toks[t].block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
+      if (kv.type == DType::F16) {
+        auto* kd = static_cast<uint16_t*>(kv.k) + slot * row;
+        auto* vd = static_cast<uint16_t*>(kv.v) + slot * row;
+        for (int64_t i = 0; i < row; ++i) {
+          kd[i] = fp32_to_fp16(k[t * row + i]);
+          vd[i] = fp32_to_fp16(v[t * row + i]);
+        }
+      } else {
+        std::copy(k + t * row, k + (t + 1) * row, static_cast<float*>(kv.k) + slot * row);
+        std::copy(v + t * row, v + (t + 1) * row, static_cast<float*>(kv.v) + slot * row);
+      }
+    }
+  }
+
+  void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads,
+                 float scale, float* out) override {
+    int32_t max_pos = 0;
+    for (int64_t t = 0; t < n_tokens; ++t) max_pos = std::max(max_pos, toks[t].pos);
+    LaunchScope scope({typed_op("attention.f16", "attention.f32", kv.type), "h,d,t,ctx",
+                       {n_heads, kv.head_dim, pow2_bucket(n_tokens), pow2_bucket(max_pos + 1)}});
+    if (n_tokens <= 0) return;
+    if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
+      throw std::invalid_argument("attention: heads not a multiple of kv heads, or head_dim too large");
+    const int hd = kv.head_dim, n_kv = kv.n_kv_heads, group = n_heads / n_kv;
+
+    // A task is a tile of consecutive tokens of one sequence (same block table)
+    // times one kv head: its queries (tokens x the group's heads) share every K/V row.
+    const int tile_tokens = std::clamp(kMaxQueries / group, 1, kMaxTileTokens);
+    tiles_.clear();
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      if (tiles_.empty() || tiles_.back().n == tile_tokens ||
+          toks[t].block_table != toks[tiles_.back().first].block_table)
+        tiles_.push_back({t, 0, 0});
+      tiles_.back().n++;
+      tiles_.back().end = std::max(tiles_.back().end, toks[t].pos + 1);
+    }
+    // Few tiles over a long context (decode): split the positions too, so every
+    // thread has work, and merge the partial softmax states after.
+    const int64_t pairs = static_cast<int64_t>(tiles_.size()) * n_kv;
+    int splits = 1;
+    if (pool_.size() > 1 && pairs < 4 * pool_.size())
+      splits = static_cast<int>(std::clamp<int64_t>((4 * pool_.size() + pairs - 1) / pairs, 1, (max_pos + 1) / 256));
+    const int64_t n_tasks = pairs * splits;
+    const int max_q = tile_tokens * group;
+    const int64_t part_floats = int64_t(max_q) * (hd + 2);
+    if (part_.size() < static_cast<size_t>(n_tasks * part_floats)) part_.resize(n_tasks * part_floats);
+    if (qbuf_.size() < static_cast<size_t>(pool_.size() * max_q * hd)) qbuf_.resize(pool_.size() * max_q * hd);
+    auto partial = [&](int64_t task) {
+      float* b = part_.data() + task * part_floats;
+      return cpu::AttnPartial{b, b + int64_t(max_q) * hd, b + int64_t(max_q) * (hd + 1)};
+    };
+    // Query i of a tile is token first + i / group, head kv_head * group + i % group.
+    auto out_row = [&](const Tile& tile, int kvh, int i) {
+      return out + ((tile.first + i / group) * n_heads + int64_t(kvh) * group + i % group) * hd;
+    };
+
+    pool_.parallel_for(n_tasks, [&](int64_t task, int thread) {
+      const int64_t pair = task / splits;
+      const Tile& tile = tiles_[pair / n_kv];
+      const int kvh = static_cast<int>(pair % n_kv), split = static_cast<int>(task % splits);
+      const int32_t p0 = static_cast<int32_t>(int64_t(tile.end) * split / splits);
+      const int32_t p1 = static_cast<int32_t>(int64_t(tile.end) * (split + 1) / splits);
+      const int nq = tile.n * group;
+      float* qg = qbuf_.data() + int64_t(thread) * max_q * hd;
+      int32_t end[kMaxQueries];
+      for (int i = 0; i < nq; ++i) {
+        const int64_t t = tile.first + i / group;
+        end[i] = toks[t].pos + 1;
+        // The reference rounds q to the cache's precision before the dot products.
+        const float* src = q + (t * n_heads + int64_t(kvh) * group + i % group) * hd;
+        for (int d = 0; d < hd; ++d)
+          qg[int64_t(i) * hd + d] = kv.type == DType::F16 ? fp16_to_fp32(fp32_to_fp16(src[d])) : src[d];
+      }
+      const cpu::AttnPartial part = partial(task);
+      k_.attend(kv, toks[tile.first].block_table, p0, p1, qg, end, nq, kvh, scale, part);
+      if (splits == 1)
+        for (int i = 0; i < nq; ++i) normalize(part, i, hd, out_row(tile, kvh, i));
+    });
+    if (splits == 1) return;
+    // Combine each query's slices into slice 0, then normalize.
+    for (int64_t pair = 0; pair < pairs; ++pair) {
+      const Tile& tile = tiles_[pair / n_kv];
+      const int kvh = static_cast<int>(pair % n_kv);
+      const cpu::AttnPartial first = partial(pair * splits);
+      for (int i = 0; i < tile.n * group; ++i) {
+        float m = -INFINITY;
+        for (int s = 0; s < splits; ++s) m = std::max(m, partial(pair * splits + s).m[i]);
+        float* acc = first.acc + int64_t(i) * hd;
+        float l = 0;
+        for (int s = 0; s < splits; ++s) {
+          const cpu::AttnPartial p = partial(pair * splits + s);
+          const float w = p.l[i] > 0 ? std::exp(p.m[i] - m) : 0.0f;
+          l += p.l[i] * w;
+          const float* src = p.acc + int64_t(i) * hd;
+          for (int d = 0; d < hd; ++d) acc[d] = s == 0 ? acc[d] * w : acc[d] + src[d] * w;
+        }
+        first.l[i] = l;
+        normalize(first, i, hd, out_row(tile, kvh, i));
+      }
+    }
+  }
+
+ private:
+  static const char* get_rows_op(DType t) {
+    switch (t) {
+      case DType::F32: return "get_rows.f32";
+      case DType::F16: return "get_rows.f16";
+      case DType::BF16: return "get_rows.bf16";
+      case DType::Q4_0: return "get_rows.q4_0";
+      case DType::Q4_1: return "get_rows.q4_1";
+      case DType::Q8_0: return "get_rows.q8_0";
+      case DType::Q8_1: return "get_rows.q8_1";
+    }
+    throw std::invalid_argument("get_rows: unknown type");
+  }
+
+  int64_t row_chunk(int64_t rows) const {
+    const int64_t want = std::max<int64_t>(1, int64_t(pool_.size()) * kChunksPerThread);
+    int64_t chunk = (rows + want - 1) / want;
+    return (chunk + kRowAlign - 1) / kRowAlign * kRowAlign;
+  }
+
+  template <class Fn>
+  void elementwise(int64_t n, Fn&& fn) {
+    if (n < kParallelElems || pool_.size() == 1) return fn(0, n);
+    const int64_t parts = pool_.size();
+    const int64_t chunk = ((n + parts - 1) / parts + 15) / 16 * 16;
+    pool_.parallel_for(parts, [&](int64_t p, int) {
+      const int64_t i0 = p * chunk, i1 = std::min(n, i0 + chunk);
+      if (i0 < i1) fn(i0, i1);
+    });
+  }
+
+  static void normalize(const cpu::AttnPartial& p, int i, int hd, float* out) {
+    const float inv = p.l[i] > 0 ? 1.0f / p.l[i] : 0.0f;
+    for (int d = 0; d < hd; ++d) out[d] = p.acc[int64_t(i) * hd + d] * inv;
+  }
+
+  struct Tile {
+    int64_t first;  // first token
+    int n;          // tokens
+    int32_t end;    // one past the last position any of them reads
+  };
+
+  const cpu::KernelTable& k_;
+  ThreadPool pool_;
+  std::vector<cpu::ActTile> act_;
+  std::vector<float> part_, qbuf_;
+  std::vector<Tile> tiles_;
+};
+
+}  // namespace
+}  // namespace cpu
+
+bool cpu_isa_available(CpuIsa isa) { return isa != CpuIsa::Avx2 || cpu::avx2_kernels() != nullptr; }
+
+std::unique_ptr<Backend> make_cpu_backend(int threads, CpuIsa isa) {
+  const cpu::KernelTable* k = nullptr;
+  switch (isa) {
+    case CpuIsa::Auto: k = cpu::avx2_kernels(); break;
+    case CpuIsa::Avx2:
+      k = cpu::avx2_kernels();
+      if (!k) throw std::invalid_argument("the AVX2 CPU kernels are not available on this CPU or build");
+      break;
+    case CpuIsa::Scalar: break;
+  }
+  return std::make_unique<cpu::CpuBackend>(threads, k ? *k : cpu::kScalarKernels);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return make_cpu_backend(threads, CpuIsa::Auto); }
+
+}  // namespace inferd::kernels

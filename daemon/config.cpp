@@ -1,0 +1,424 @@
+#include "daemon/config.hpp"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <variant>
+
+namespace inferd::daemon {
+
+namespace {
+
+using Value = std::variant<bool, int64_t, double, std::string>;
+enum class Kind { Bool, Int, Float, String };
+
+std::string_view kind_name(Kind k) {
+  switch (k) {
+    case Kind::Bool: return "a boolean";
+    case Kind::Int: return "an integer";
+    case Kind::Float: return "a number";
+    case Kind::String: return "a string";
+  }
+  return "?";
+}
+
+// One configuration key: where it lives, its flag, and how it is checked and stored.
+struct Key {
+  std::string_view section;
+  std::string_view name;
+  std::string_view flag;  // without "--"; empty when the key has no flag
+  Kind kind;
+  std::string_view help;
+  // Checks the value and stores it; returns the problem, or "" when it was stored.
+  std::function<std::string(Config&, const Value&)> apply;
+};
+
+template <class S, class T>
+Key int_key(std::string_view section, std::string_view name, std::string_view flag, S Config::*sec, T S::*field,
+            int64_t lo, int64_t hi, std::string_view help, std::string (*extra)(int64_t) = nullptr) {
+  return {section, name, flag, Kind::Int, help, [=](Config& c, const Value& v) -> std::string {
+            const int64_t n = std::get<int64_t>(v);
+            if (n < lo || n > hi) return fmt::format("must be between {} and {}, got {}", lo, hi, n);
+            if (extra) {
+              if (std::string why = extra(n); !why.empty()) return why;
+            }
+            (c.*sec).*field = static_cast<T>(n);
+            return {};
+          }};
+}
+
+template <class S>
+Key bool_key(std::string_view section, std::string_view name, std::string_view flag, S Config::*sec,
+             bool S::*field, std::string_view help) {
+  return {section, name, flag, Kind::Bool, help, [=](Config& c, const Value& v) -> std::string {
+            (c.*sec).*field = std::get<bool>(v);
+            return {};
+          }};
+}
+
+// `check` may normalise the string in place; it returns the problem or "".
+template <class S>
+Key string_key(std::string_view section, std::string_view name, std::string_view flag, S Config::*sec,
+               std::string S::*field, std::string_view help, std::string (*check)(std::string&) = nullptr) {
+  return {section, name, flag, Kind::String, help, [=](Config& c, const Value& v) -> std::string {
+            std::string s = std::get<std::string>(v);
+            if (check) {
+              if (std::string why = check(s); !why.empty()) return why;
+            }
+            (c.*sec).*field = std::move(s);
+            return {};
+          }};
+}
+
+std::string not_empty(std::string& s) { return s.empty() ? "must not be empty" : ""; }
+
+std::string power_of_two(int64_t n) {
+  return (n & (n - 1)) == 0 ? "" : fmt::format("must be a power of two, got {}", n);
+}
+
+// "" means the default location; a leading "~/" is the home directory.
+std::string model_path(std::string& s) {
+  if (s.empty()) {
+    s = default_model_path();
+  } else if (s.starts_with("~/")) {
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || *home == '\0') return "cannot expand '~': HOME is not set";
+    s = std::string(home) + s.substr(1);
+  }
+  return {};
+}
+
+std::string log_level(std::string& s) {
+  for (std::string_view known : {"trace", "debug", "info", "warn", "error", "critical", "off"})
+    if (s == known) return {};
+  return fmt::format("must be one of trace, debug, info, warn, error, critical, off, got '{}'", s);
+}
+
+Key log_target_key() {
+  return {"log", "target", "", Kind::String, "", [](Config& c, const Value& v) -> std::string {
+            const auto& s = std::get<std::string>(v);
+            if (s == "auto") c.log.target = LogTarget::Auto;
+            else if (s == "stderr") c.log.target = LogTarget::Stderr;
+            else if (s == "journald") c.log.target = LogTarget::Journald;
+            else return fmt::format("must be one of auto, stderr, journald, got '{}'", s);
+            return {};
+          }};
+}
+
+Key gpu_memory_utilization_key() {
+  return {"engine", "gpu_memory_utilization", "gpu-memory-utilization", Kind::Float,
+          "fraction of GPU memory the engine may use",
+          [](Config& c, const Value& v) -> std::string {
+            const double x = std::get<double>(v);
+            if (!(x > 0.0 && x <= 1.0)) return fmt::format("must be greater than 0 and at most 1, got {}", x);
+            c.engine.gpu_memory_utilization = x;
+            return {};
+          }};
+}
+
+const std::vector<Key>& keys() {
+  using C = Config;
+  static const std::vector<Key> table = {
+      string_key("server", "host", "host", &C::server, &ServerConfig::host, "address to listen on", not_empty),
+      int_key("server", "port", "port", &C::server, &ServerConfig::port, 1, 65535, "port to listen on"),
+      string_key("server", "api_key", "api-key", &C::server, &ServerConfig::api_key,
+                 "require 'Authorization: Bearer KEY' on the API"),
+      string_key("server", "served_model_name", "served-model-name", &C::server, &ServerConfig::served_model_name,
+                 "model name the API reports and accepts"),
+      int_key("server", "max_body_bytes", "", &C::server, &ServerConfig::max_body_bytes, 1024, int64_t{1} << 30, ""),
+      int_key("server", "idle_timeout_s", "", &C::server, &ServerConfig::idle_timeout_s, 1, 3600, ""),
+      int_key("server", "request_timeout_s", "", &C::server, &ServerConfig::request_timeout_s, 1, 86400, ""),
+      int_key("server", "io_threads", "", &C::server, &ServerConfig::io_threads, 1, 256, ""),
+      int_key("server", "drain_timeout_s", "", &C::server, &ServerConfig::drain_timeout_s, 0, 3600, ""),
+      string_key("model", "path", "model", &C::model, &ModelConfig::path, "model file (GGUF)", model_path),
+      int_key("model", "max_model_len", "max-model-len", &C::model, &ModelConfig::max_model_len, 0, int64_t{1} << 24,
+              "context length; 0 takes the model's"),
+      int_key("engine", "threads", "threads", &C::engine, &EngineConfig::threads, 0, 1024,
+              "compute threads; 0 uses every core"),
+      int_key("engine", "max_num_seqs", "max-num-seqs", &C::engine, &EngineConfig::max_num_seqs, 1, 4096,
+              "most sequences in one step"),
+      int_key("engine", "max_num_batched_tokens", "max-num-batched-tokens", &C::engine,
+              &EngineConfig::max_num_batched_tokens, 1, 1 << 20, "most tokens in one step"),
+      int_key("engine", "block_size", "block-size", &C::engine, &EngineConfig::block_size, 1, 1024,
+              "tokens per KV cache block", power_of_two),
+      bool_key("engine", "enable_prefix_caching", "enable-prefix-caching", &C::engine,
+               &EngineConfig::enable_prefix_caching, "reuse KV blocks of shared prompt prefixes"),
+      gpu_memory_utilization_key(),
+      int_key("engine", "tensor_parallel_size", "tensor-parallel-size", &C::engine, &EngineConfig::tensor_parallel_size,
+              1, 1024, "ranks a model is split across"),
+      int_key("parallel", "nnodes", "nnodes", &C::parallel, &ParallelConfig::nnodes, 1, 1024, "number of nodes"),
+      int_key("parallel", "node_rank", "node-rank", &C::parallel, &ParallelConfig::node_rank, 0, 1023,
+              "this node's rank; 0 is the head"),
+      string_key("parallel", "master_addr", "master-addr", &C::parallel, &ParallelConfig::master_addr,
+                 "head node's address", not_empty),
+      int_key("parallel", "master_port", "master-port", &C::parallel, &ParallelConfig::master_port, 1, 65535,
+              "head node's control-plane port"),
+      bool_key("parallel", "headless", "headless", &C::parallel, &ParallelConfig::headless,
+               "run as a worker rank without the HTTP API"),
+      string_key("log", "level", "log-level", &C::log, &LogConfig::level,
+                 "trace, debug, info, warn, error, critical or off", log_level),
+      log_target_key(),
+  };
+  return table;
+}
+
+constexpr std::string_view kSections[] = {"server", "model", "engine", "parallel", "log"};
+
+const Key* find_key(std::string_view section, std::string_view name) {
+  for (const Key& k : keys())
+    if (k.section == section && k.name == name) return &k;
+  return nullptr;
+}
+
+const Key* find_flag(std::string_view flag) {
+  for (const Key& k : keys())
+    if (!k.flag.empty() && k.flag == flag) return &k;
+  return nullptr;
+}
+
+// Where each key's value came from ("file:7: [engine] max_num_seqs" or "--max-num-seqs"),
+// so checks that span keys can point at the right place.
+using Origins = std::map<std::string, std::string, std::less<>>;
+
+std::string id(const Key& k) { return fmt::format("{}.{}", k.section, k.name); }
+
+void apply(Config& cfg, const Key& k, const Value& v, std::string origin, Origins& origins) {
+  if (std::string why = k.apply(cfg, v); !why.empty()) throw ConfigError(fmt::format("{}: {}", origin, why));
+  origins[id(k)] = std::move(origin);
+}
+
+std::string_view toml_type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a floating-point number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date or time";
+  }
+}
+
+// The value of `node` as `kind` wants it; empty when the TOML type does not fit.
+std::optional<Value> from_toml(const toml::node& node, Kind kind) {
+  switch (kind) {
+    case Kind::Bool:
+      if (auto b = node.value_exact<bool>()) return *b;
+      break;
+    case Kind::Int:
+      if (auto i = node.value_exact<int64_t>()) return *i;
+      break;
+    case Kind::Float:
+      if (node.is_floating_point()) return *node.value_exact<double>();
+      if (auto i = node.value_exact<int64_t>()) return static_cast<double>(*i);
+      break;
+    case Kind::String:
+      if (auto s = node.value_exact<std::string>()) return *s;
+      break;
+  }
+  return std::nullopt;
+}
+
+void apply_toml(Config& cfg, std::string_view text, std::string_view source, Origins& origins) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}: invalid TOML: {}", source, e.source().begin.line, e.description()));
+  }
+  for (auto&& [section_key, section_node] : root) {
+    const std::string_view section = section_key.str();
+    const auto* table = section_node.as_table();
+    if (table == nullptr) {
+      throw ConfigError(fmt::format("{}:{}: {}: keys belong in a section ([server], [model], [engine], "
+                                    "[parallel] or [log])",
+                                    source, section_key.source().begin.line, section));
+    }
+    if (std::find(std::begin(kSections), std::end(kSections), section) == std::end(kSections)) {
+      throw ConfigError(fmt::format("{}:{}: [{}]: unknown section (known: server, model, engine, parallel, log)",
+                                    source, section_key.source().begin.line, section));
+    }
+    for (auto&& [key, node] : *table) {
+      const auto line = key.source().begin.line;
+      const std::string where = fmt::format("{}:{}: [{}] {}", source, line, section, key.str());
+      const Key* k = find_key(section, key.str());
+      if (k == nullptr) throw ConfigError(where + ": unknown key");
+      auto value = from_toml(node, k->kind);
+      if (!value) {
+        throw ConfigError(fmt::format("{}: expected {}, got {}", where, kind_name(k->kind), toml_type_name(node.type())));
+      }
+      apply(cfg, *k, *value, where, origins);
+    }
+  }
+}
+
+Value from_flag(const Key& k, std::string_view flag, std::string_view text) {
+  switch (k.kind) {
+    case Kind::Bool: return text == "true";
+    case Kind::String: return std::string(text);
+    case Kind::Int: {
+      int64_t n = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+        throw ConfigError(fmt::format("--{}: expected an integer, got '{}'", flag, text));
+      return n;
+    }
+    case Kind::Float: {
+      double x = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+      if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+        throw ConfigError(fmt::format("--{}: expected a number, got '{}'", flag, text));
+      return x;
+    }
+  }
+  return false;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
+  return out.str();
+}
+
+void check_across_keys(const Config& cfg, const Origins& origins) {
+  if (cfg.parallel.node_rank >= cfg.parallel.nnodes) {
+    auto it = origins.find("parallel.node_rank");
+    if (it == origins.end()) it = origins.find("parallel.nnodes");
+    const std::string where = it != origins.end() ? it->second : "[parallel] node_rank";
+    throw ConfigError(fmt::format("{}: node_rank must be less than nnodes ({}), got {}", where, cfg.parallel.nnodes,
+                                  cfg.parallel.node_rank));
+  }
+}
+
+}  // namespace
+
+std::string default_model_path() {
+  std::string cache;
+  if (const char* c = std::getenv("INFERD_CACHE"); c != nullptr && *c != '\0') {
+    cache = c;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    cache = std::string(x) + "/inferd";
+  } else {
+    const char* home = std::getenv("HOME");
+    cache = std::string(home != nullptr ? home : "") + "/.cache/inferd";
+  }
+  return cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::string Config::model_name() const {
+  if (!server.served_model_name.empty()) return server.served_model_name;
+  std::string_view name = model.path;
+  if (auto slash = name.rfind('/'); slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  if (name.ends_with(".gguf")) name.remove_suffix(5);
+  return std::string(name);
+}
+
+CommandLine parse_command_line(std::span<const std::string_view> args) {
+  CommandLine cmd;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (!arg.starts_with("--") || arg.size() == 2)
+      throw ConfigError(fmt::format("unexpected argument '{}' (flags start with --; see --help)", arg));
+    std::string_view name = arg.substr(2);
+    std::optional<std::string_view> inline_value;
+    if (auto eq = name.find('='); eq != std::string_view::npos) {
+      inline_value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    auto takes_no_value = [&] {
+      if (inline_value) throw ConfigError(fmt::format("--{}: takes no value", name));
+    };
+    auto value = [&]() -> std::string {
+      if (inline_value) return std::string(*inline_value);
+      if (i + 1 >= args.size() || args[i + 1].starts_with("--"))
+        throw ConfigError(fmt::format("--{}: missing value", name));
+      return std::string(args[++i]);
+    };
+
+    if (name == "help") {
+      takes_no_value();
+      cmd.help = true;
+    } else if (name == "version") {
+      takes_no_value();
+      cmd.version = true;
+    } else if (name == "config") {
+      cmd.config_path = value();
+      if (cmd.config_path.empty()) throw ConfigError("--config: missing value");
+    } else if (const Key* k = find_flag(name)) {
+      if (k->kind == Kind::Bool) {
+        takes_no_value();
+        cmd.overrides.emplace_back(name, "true");
+      } else {
+        cmd.overrides.emplace_back(name, value());
+      }
+    } else if (const Key* neg = name.starts_with("no-") ? find_flag(name.substr(3)) : nullptr;
+               neg != nullptr && neg->kind == Kind::Bool) {
+      takes_no_value();
+      cmd.overrides.emplace_back(neg->flag, "false");
+    } else {
+      throw ConfigError(fmt::format("--{}: unknown flag (see --help)", name));
+    }
+  }
+  return cmd;
+}
+
+Config parse_config_toml(std::string_view text, std::string_view source) {
+  Config cfg;
+  Origins origins;
+  apply_toml(cfg, text, source, origins);
+  check_across_keys(cfg, origins);
+  return cfg;
+}
+
+Config load_config(const CommandLine& cmd) {
+  Config cfg;
+  Origins origins;
+  if (!cmd.config_path.empty()) apply_toml(cfg, read_file(cmd.config_path), cmd.config_path, origins);
+  for (const auto& [flag, text] : cmd.overrides) {
+    const Key* k = find_flag(flag);
+    if (k == nullptr) throw ConfigError(fmt::format("--{}: unknown flag (see --help)", flag));
+    apply(cfg, *k, from_flag(*k, flag, text), "--" + flag, origins);
+  }
+  check_across_keys(cfg, origins);
+  return cfg;
+}
+
+std::string usage() {
+  std::string out =
+      "usage: inferd [--config FILE] [FLAG...]\n"
+      "\n"
+      "Serves an LLM through an OpenAI-compatible HTTP API. Flags override the\n"
+      "file; both '--flag value' and '--flag=value' work. Every key, with or\n"
+      "without a flag, is documented in etc/inferd.toml.\n"
+      "\n"
+      "  --config FILE                    TOML configuration file\n"
+      "  --help                           print this help and exit\n"
+      "  --version                        print the version and exit\n";
+  for (const Key& k : keys()) {
+    if (k.flag.empty()) continue;
+    std::string left;
+    switch (k.kind) {
+      case Kind::Bool: left = fmt::format("--[no-]{}", k.flag); break;
+      case Kind::Int: left = fmt::format("--{} N", k.flag); break;
+      case Kind::Float: left = fmt::format("--{} X", k.flag); break;
+      case Kind::String: left = fmt::format("--{} TEXT", k.flag); break;
+    }
+    out += fmt::format("  {:<32} {} ([{}] {})\n", left, k.help, k.section, k.name);
+  }
+  return out;
+}
+
+}  // namespace inferd::daemon

@@ -1,0 +1,106 @@
+// inferd's configuration: built-in defaults, then one TOML file (--config), then
+// command-line flags (vLLM's spelling where the meaning is the same). Every key is
+// documented in etc/inferd.toml and docs/CONFIGURATION.md.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace inferd::daemon {
+
+// Bad configuration: the message names the file and line (or the flag) and the key.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class LogTarget { Auto, Stderr, Journald };
+
+// $INFERD_CACHE or ${XDG_CACHE_HOME:-~/.cache}/inferd, plus
+// /models/SmolLM2-135M-Instruct.Q4_1.gguf.
+std::string default_model_path();
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;            // empty: no authentication
+  std::string served_model_name;  // empty: the model file's name
+  int64_t max_body_bytes = 8 << 20;
+  int idle_timeout_s = 60;
+  int request_timeout_s = 600;
+  int io_threads = 2;
+  int drain_timeout_s = 30;
+  bool operator==(const ServerConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::string path = default_model_path();
+  int64_t max_model_len = 0;  // 0: the model's own context length
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct EngineConfig {
+  int threads = 0;  // 0: every core
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  bool enable_prefix_caching = true;
+  double gpu_memory_utilization = 0.9;
+  int tensor_parallel_size = 1;
+  bool operator==(const EngineConfig&) const = default;
+};
+
+struct ParallelConfig {
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool headless = false;
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct LogConfig {
+  std::string level = "info";  // trace, debug, info, warn, error, critical, off
+  LogTarget target = LogTarget::Auto;
+  bool operator==(const LogConfig&) const = default;
+};
+
+struct Config {
+  ServerConfig server;
+  ModelConfig model;
+  EngineConfig engine;
+  ParallelConfig parallel;
+  LogConfig log;
+  bool operator==(const Config&) const = default;
+
+  // The name /v1/models reports: served_model_name, else the model file's name
+  // without its directory and ".gguf".
+  std::string model_name() const;
+};
+
+// What the command line asked for; kept so SIGHUP can rebuild the configuration
+// exactly as start-up did.
+struct CommandLine {
+  std::string config_path;  // empty: no file
+  // (flag without "--", value) in order; boolean flags carry "true"/"false".
+  std::vector<std::pair<std::string, std::string>> overrides;
+  bool help = false;
+  bool version = false;
+};
+
+// `args` excludes the program name. Throws ConfigError naming the flag.
+CommandLine parse_command_line(std::span<const std::string_view> args);
+
+// Defaults overlaid with one TOML document; `source` names it in errors.
+Config parse_config_toml(std::string_view text, std::string_view source);
+// Defaults, then the file named by the command line (if any), then its flags,
+// then checks that span keys. Throws ConfigError.
+Config load_config(const CommandLine& cmd);
+
+std::string usage();
+
+}  // namespace inferd::daemon

@@ -1,0 +1,105 @@
+#include "daemon/health_routes.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+
+#include "daemon/http_server.hpp"
+#include "daemon/json_error.hpp"
+#include "daemon/lifecycle.hpp"
+#include "daemon/metrics.hpp"
+
+namespace inferd::daemon {
+
+namespace {
+
+// Long enough not to hammer a loading daemon, short enough to notice it is ready.
+constexpr const char* kRetryAfterSeconds = "5";
+
+std::string not_ready_message(State state, const std::string& phase) {
+  std::string msg = "inferd is " + std::string(to_string(state));
+  if (!phase.empty()) msg += " (" + phase + ")";
+  switch (state) {
+    case State::Draining:
+    case State::Stopped: return msg + " and will not serve again";
+    case State::Failed: return msg;
+    default: return msg + "; not ready to serve yet";
+  }
+}
+
+}  // namespace
+
+void ServedModel::set(ModelInfo info) {
+  std::lock_guard lock(mu_);
+  info_ = std::move(info);
+}
+
+std::optional<ModelInfo> ServedModel::get() const {
+  std::lock_guard lock(mu_);
+  return info_;
+}
+
+void register_health_routes(HttpServer& http, const Lifecycle& lifecycle, const Metrics& metrics,
+                            const ServedModel& model, HealthRouteOptions options) {
+  const RouteOptions always{.available_while_draining = true};
+
+  http.route(
+      "GET", "/health/live",
+      [&lifecycle, alive = options.loop_alive](const Request&) {
+        const bool ok = !alive || alive();
+        boost::json::object body{{"status", ok ? "alive" : "stalled"},
+                                 {"state", to_string(lifecycle.state())},
+                                 {"uptime_seconds", lifecycle.uptime_s()}};
+        return Response::json(ok ? 200 : 503, boost::json::serialize(body));
+      },
+      always);
+
+  http.route(
+      "GET", "/health/ready",
+      [&lifecycle](const Request&) {
+        const State state = lifecycle.state();
+        const std::string phase = lifecycle.phase();
+        boost::json::object body{{"state", to_string(state)}, {"phase", phase}};
+        if (state == State::Serving) {
+          body["status"] = "ready";
+          return Response::json(200, boost::json::serialize(body));
+        }
+        body["status"] = "not_ready";
+        body["error"] = error_object(503, not_ready_message(state, phase));
+        Response r = Response::json(503, boost::json::serialize(body));
+        r.headers.emplace_back("Retry-After", kRetryAfterSeconds);
+        return r;
+      },
+      always);
+
+  http.route(
+      "GET", "/metrics",
+      [&metrics](const Request&) {
+        Response r;
+        r.content_type = Metrics::kContentType;
+        r.body = metrics.render();
+        return r;
+      },
+      always);
+
+  http.route(
+      "GET", "/v1/models",
+      [&model, key = options.api_key](const Request& req) {
+        if (!key.empty() && req.header("Authorization") != "Bearer " + key)
+          throw HttpError(401, "a valid API key is required (Authorization: Bearer ...)");
+        boost::json::array data;
+        if (auto m = model.get()) {
+          data.push_back(boost::json::object{{"id", m->id},
+                                             {"object", "model"},
+                                             {"created", m->created},
+                                             {"owned_by", "inferd"},
+                                             {"root", m->root},
+                                             {"parent", nullptr},
+                                             {"max_model_len", m->max_model_len}});
+        }
+        return Response::json(200, boost::json::serialize(boost::json::object{{"object", "list"}, {"data", data}}));
+      },
+      always);
+}
+
+}  // namespace inferd::daemon

@@ -1,0 +1,143 @@
+#include "daemon/logging.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/lifecycle.hpp"
+#include "inferd_config.h"
+
+#if INFERD_HAVE_SYSTEMD
+#include <sys/uio.h>
+#include <systemd/sd-journal.h>
+#endif
+
+namespace inferd::daemon {
+
+namespace {
+
+thread_local std::string t_request_id;
+std::atomic<const Lifecycle*> g_lifecycle{nullptr};
+
+// "%q" in the stderr pattern: "[req ID] " while a request id is in scope.
+class RequestIdFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg&, const std::tm&, spdlog::memory_buf_t& dest) override {
+    if (t_request_id.empty()) return;
+    fmt::format_to(std::back_inserter(dest), "[req {}] ", t_request_id);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<RequestIdFlag>(); }
+};
+
+#if INFERD_HAVE_SYSTEMD
+int syslog_priority(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::critical: return 2;
+    case spdlog::level::err: return 3;
+    case spdlog::level::warn: return 4;
+    case spdlog::level::info: return 6;
+    default: return 7;
+  }
+}
+
+// Sends each record to the journal as structured fields rather than a line, so
+// `journalctl INFERD_STATE=Degraded` or `INFERD_REQUEST_ID=...` select records.
+class JournaldSink final : public spdlog::sinks::base_sink<std::mutex> {
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    std::string fields[6];
+    size_t n = 0;
+    fields[n++] = fmt::format("MESSAGE={}", std::string_view(msg.payload.data(), msg.payload.size()));
+    fields[n++] = fmt::format("PRIORITY={}", syslog_priority(msg.level));
+    fields[n++] = "SYSLOG_IDENTIFIER=inferd";
+    if (const Lifecycle* lc = g_lifecycle.load(std::memory_order_acquire))
+      fields[n++] = fmt::format("INFERD_STATE={}", to_string(lc->state()));
+    if (!t_request_id.empty()) fields[n++] = "INFERD_REQUEST_ID=" + t_request_id;
+    iovec iov[6];
+    for (size_t i = 0; i < n; ++i) iov[i] = {fields[i].data(), fields[i].size()};
+    if (sd_journal_sendv(iov, static_cast<int>(n)) < 0) {
+      // journald is unreachable: stderr is its stream too, and it reads a
+      // "<priority>" prefix there, so the record keeps its priority.
+      std::fprintf(stderr, "<%d>%.*s\n", syslog_priority(msg.level), static_cast<int>(msg.payload.size()),
+                   msg.payload.data());
+    }
+  }
+  void flush_() override {}
+};
+#endif
+
+std::shared_ptr<spdlog::sinks::sink> stderr_sink() {
+  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<RequestIdFlag>('q').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %q%v");
+  sink->set_formatter(std::move(formatter));
+  return sink;
+}
+
+}  // namespace
+
+std::optional<spdlog::level::level_enum> parse_log_level(std::string_view name) {
+  using spdlog::level::level_enum;
+  if (name == "trace") return level_enum::trace;
+  if (name == "debug") return level_enum::debug;
+  if (name == "info") return level_enum::info;
+  if (name == "warn") return level_enum::warn;
+  if (name == "error") return level_enum::err;
+  if (name == "critical") return level_enum::critical;
+  if (name == "off") return level_enum::off;
+  return std::nullopt;
+}
+
+bool stderr_is_journal() {
+  const char* env = std::getenv("JOURNAL_STREAM");
+  if (env == nullptr) return false;
+  uintmax_t dev = 0, ino = 0;
+  if (std::sscanf(env, "%" SCNuMAX ":%" SCNuMAX, &dev, &ino) != 2) return false;
+  struct stat st {};
+  if (fstat(STDERR_FILENO, &st) != 0) return false;
+  return static_cast<uintmax_t>(st.st_dev) == dev && static_cast<uintmax_t>(st.st_ino) == ino;
+}
+
+std::string init_logging(const LogConfig& cfg) {
+  bool journald = cfg.target == LogTarget::Journald || (cfg.target == LogTarget::Auto && stderr_is_journal());
+  std::shared_ptr<spdlog::sinks::sink> sink;
+#if INFERD_HAVE_SYSTEMD
+  if (journald) sink = std::make_shared<JournaldSink>();
+#else
+  const bool wanted_journald = journald;
+  journald = false;
+#endif
+  if (!sink) sink = stderr_sink();
+  auto logger = std::make_shared<spdlog::logger>("inferd", std::move(sink));
+  logger->set_level(parse_log_level(cfg.level).value_or(spdlog::level::info));
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(std::move(logger));
+#if !INFERD_HAVE_SYSTEMD
+  if (wanted_journald && cfg.target == LogTarget::Journald)
+    spdlog::warn("log: built without systemd support; logging to stderr instead of journald");
+#endif
+  return journald ? "journald" : "stderr";
+}
+
+void set_log_level(spdlog::level::level_enum level) { spdlog::set_level(level); }
+
+void set_log_lifecycle(const Lifecycle* lifecycle) { g_lifecycle.store(lifecycle, std::memory_order_release); }
+
+ScopedRequestId::ScopedRequestId(std::string id) : previous_(std::exchange(t_request_id, std::move(id))) {}
+
+ScopedRequestId::~ScopedRequestId() { t_request_id = std::move(previous_); }
+
+std::string_view current_request_id() { return t_request_id; }
+
+}  // namespace inferd::daemon

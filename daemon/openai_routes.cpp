@@ -1,0 +1,411 @@
+#include "daemon/openai_routes.hpp"
+
+#include <cctype>
+#include <chrono>
+#include <ctime>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <boost/json/serialize.hpp>
+
+#include "daemon/engine_metrics.hpp"
+#include "daemon/http_server.hpp"
+#include "daemon/json_error.hpp"
+#include "daemon/lifecycle.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/openai_schema.hpp"
+#include "engine/chat_template.hpp"
+#include "engine/engine.hpp"
+#include "engine/tokenizer.hpp"
+
+namespace inferd::daemon {
+
+namespace json = boost::json;
+using openai::Api;
+using openai::GenerateRequest;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A full queue drains quickly; a daemon that is loading or recovering takes longer.
+constexpr const char* kRetryAfterQueueFull = "1";
+constexpr const char* kRetryAfterNotServing = "5";
+
+Response error_response(const HttpError& e) {
+  Response r = Response::json(e.status, error_body(e.status, e.what(), e.type, e.param));
+  if (e.status == 429) r.headers.emplace_back("Retry-After", kRetryAfterQueueFull);
+  if (e.status == 503) r.headers.emplace_back("Retry-After", kRetryAfterNotServing);
+  if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+// Takes time that depends only on the expected key's length, so response timing
+// does not reveal how much of a guess was right.
+bool same_secret(std::string_view given, std::string_view expected) {
+  unsigned diff = given.size() != expected.size() ? 1u : 0u;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= g ^ static_cast<unsigned char>(expected[i]);
+  }
+  return diff == 0;
+}
+
+bool iequals_prefix(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  return true;
+}
+
+// What every handler shares; lives as long as the routes and any request in flight.
+struct ApiContext : std::enable_shared_from_this<ApiContext> {
+  ApiContext(const Lifecycle& lifecycle, Metrics& registry, EngineSource source, OpenAiOptions opts)
+      : lifecycle(lifecycle),
+        engine(std::move(source)),
+        options(std::move(opts)),
+        metrics(registry, options.served_model_name, [src = engine]() -> std::optional<engine::EngineStats> {
+          auto e = src ? src() : nullptr;
+          return e ? std::optional(e->stats()) : std::nullopt;
+        }) {}
+
+  const Lifecycle& lifecycle;
+  const EngineSource engine;
+  const OpenAiOptions options;
+  EngineMetrics metrics;
+
+  void check_api_key(const Request& req) const {
+    if (options.api_key.empty()) return;
+    std::string_view auth = req.header("Authorization");
+    std::string_view key;
+    if (iequals_prefix(auth, "bearer ")) {
+      key = auth.substr(7);
+      while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+    }
+    if (!same_secret(key, options.api_key))
+      throw HttpError(401, auth.empty() ? "an API key is required: send \"Authorization: Bearer <key>\""
+                                        : "the API key is not valid");
+  }
+
+  void check_model(const std::string& model) const {
+    if (!model.empty() && model != options.served_model_name)
+      throw HttpError(404, "The model `" + model + "` does not exist; this server serves `" +
+                               options.served_model_name + "`.",
+                      "model_not_found", "model");
+  }
+
+  void check_admitting() const {
+    if (lifecycle.admits_generation()) return;
+    std::string msg = "inferd is " + std::string(to_string(lifecycle.state()));
+    if (const std::string phase = lifecycle.phase(); !phase.empty()) msg += " (" + phase + ")";
+    throw HttpError(503, msg + " and does not accept generation requests now; retry later");
+  }
+
+  std::shared_ptr<engine::Engine> loaded_engine() const {
+    auto e = engine ? engine() : nullptr;
+    if (!e)
+      throw HttpError(503, "no model is loaded yet (inferd is " + std::string(to_string(lifecycle.state())) + ")");
+    return e;
+  }
+};
+
+// One generation request: its choices run as separate engine sequences whose
+// deltas are merged here by index. Deltas arrive on the engine's scheduler
+// thread; everything they trigger only formats and hands bytes to the responder.
+class Generation : public std::enable_shared_from_this<Generation> {
+ public:
+  Generation(GenerateRequest req, openai::ResponseMeta meta, std::shared_ptr<Responder> out,
+             std::shared_ptr<ApiContext> api, const engine::Tokenizer& tokenizer)
+      : req_(std::move(req)),
+        meta_(std::move(meta)),
+        out_(std::move(out)),
+        api_(std::move(api)),
+        metrics_(api_->metrics) {
+    // The tokenizer is only used from the engine's own thread, so it is alive.
+    bytes_ = [tok = &tokenizer](int32_t id) { return std::string(tok->piece(id, /*skip_special=*/false)); };
+  }
+
+  // Submits prompts x n sequences; `echo[p]` leads prompt p's text. Throws what
+  // Engine::submit throws, after cancelling whatever it had already submitted.
+  void start(engine::Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
+             const std::vector<std::string>& echo, Clock::time_point deadline, const std::string& request_id) {
+    std::unique_lock lock(mu_);
+    const size_t total = prompts.size() * static_cast<size_t>(req_.n);
+    choices_.resize(total);
+    try {
+      for (size_t p = 0; p < prompts.size(); ++p) {
+        for (int j = 0; j < req_.n; ++j) {
+          const int index = static_cast<int>(p) * req_.n + j;
+          ChoiceState& c = choices_[index];
+          c.acc.index = index;
+          c.counts_prompt = j == 0;  // a prompt's tokens count once, however many choices it has
+          if (req_.echo) {
+            c.acc.text = echo[p];
+            c.text_len = echo[p].size();
+          }
+          if (req_.logprobs()) c.acc.logprobs.emplace();
+
+          engine::GenerationRequest r;
+          r.id = total > 1 ? request_id + "-" + std::to_string(index) : request_id;
+          r.prompt = prompts[p];
+          r.sampling = req_.sampling;
+          // Seeded choices of one prompt must still differ from each other.
+          if (r.sampling.seed) *r.sampling.seed += static_cast<uint64_t>(j);
+          const int room = eng.max_model_len() - static_cast<int>(r.prompt.size());
+          r.max_tokens = req_.max_tokens.value_or(std::max(1, room));
+          r.ignore_eos = req_.ignore_eos;
+          r.stop = req_.stop;
+          r.stop_token_ids = req_.stop_token_ids;
+          r.skip_special_tokens = req_.skip_special_tokens;
+          r.deadline = deadline;
+          r.sink = [self = shared_from_this(), index](engine::Delta&& d) { self->on_delta(index, std::move(d)); };
+          handles_.push_back(eng.submit(std::move(r)));
+        }
+      }
+    } catch (...) {
+      abandoned_ = true;
+      for (auto& h : handles_) h->cancel();
+      throw;
+    }
+    remaining_ = static_cast<int>(total);
+    if (req_.stream) out_->start_stream(stream_head());
+    lock.unlock();
+    // After the last submit, so handles_ no longer changes. Weak: the responder
+    // keeps the callback, and this object keeps the responder.
+    out_->on_disconnect([weak = weak_from_this()] {
+      if (auto self = weak.lock())
+        for (auto& h : self->handles_) h->cancel();
+    });
+  }
+
+ private:
+  struct ChoiceState {
+    openai::Choice acc;   // the whole choice so far (non-streaming)
+    size_t text_len = 0;  // text already streamed, for completions' text_offset
+    bool counts_prompt = false;
+    bool done = false;
+    std::optional<Clock::time_point> last_token;
+  };
+
+  Response stream_head() const {
+    Response head;
+    head.content_type = "text/event-stream";
+    head.headers.emplace_back("Cache-Control", "no-cache");
+    for (const auto& c : choices_) {
+      if (req_.api == Api::Chat) {
+        head.body += openai::sse_event(openai::chat_role_chunk(meta_, c.acc.index));
+      } else if (req_.echo) {
+        openai::Choice echo{c.acc.index, c.acc.text, std::nullopt, engine::FinishReason::None, {}};
+        head.body += openai::sse_event(openai::completion_chunk(meta_, echo, 0, bytes_));
+      }
+    }
+    return head;
+  }
+
+  void on_delta(int index, engine::Delta&& d) {
+    std::lock_guard lock(mu_);
+    if (abandoned_) return;  // submission failed and the client already has its error
+    ChoiceState& c = choices_[index];
+    if (c.done) return;
+
+    if (!d.tokens.empty()) {
+      const auto now = Clock::now();
+      if (c.last_token) {
+        metrics_.observe_inter_token(std::chrono::duration<double>(now - *c.last_token).count());
+      } else {
+        metrics_.observe_ttft(d.ttft_s);
+      }
+      c.last_token = now;
+    }
+    const bool finished = d.finish != engine::FinishReason::None;
+    if (finished) {
+      c.done = true;
+      --remaining_;
+      metrics_.request_finished(d.finish, d.e2e_s);
+      usage_.completion_tokens += d.usage.completion_tokens;
+      if (c.counts_prompt) {
+        usage_.prompt_tokens += d.usage.prompt_tokens;
+        usage_.cached_tokens += d.usage.cached_tokens;
+      }
+      if (d.finish == engine::FinishReason::Error && error_.empty())
+        error_ = d.error.empty() ? "the generation failed" : d.error;
+    }
+
+    if (req_.stream) {
+      stream(c, d);
+    } else {
+      c.acc.text += d.text;
+      if (c.acc.logprobs) c.acc.logprobs->insert(c.acc.logprobs->end(), d.tokens.begin(), d.tokens.end());
+      if (finished) {
+        c.acc.finish = d.finish;
+        c.acc.stop_reason = d.stop_reason;
+      }
+    }
+    if (remaining_ == 0) complete();
+  }
+
+  void stream(ChoiceState& c, const engine::Delta& d) {
+    if (d.finish == engine::FinishReason::Error) {
+      // vLLM's shape for a failure mid-stream: an error object in a data event.
+      out_->write(openai::sse_event(json::object{{"error", error_object(500, error_)}}));
+      return;
+    }
+    if (d.text.empty() && d.tokens.empty() && d.finish == engine::FinishReason::None) return;
+    openai::Choice delta{c.acc.index, d.text, std::nullopt, d.finish, d.stop_reason};
+    if (req_.logprobs()) delta.logprobs = d.tokens;
+    const json::object chunk = req_.api == Api::Chat ? openai::chat_chunk(meta_, delta, bytes_)
+                                                     : openai::completion_chunk(meta_, delta, c.text_len, bytes_);
+    c.text_len += d.text.size();
+    out_->write(openai::sse_event(chunk));
+  }
+
+  void complete() {
+    if (req_.stream) {
+      if (req_.include_usage) out_->write(openai::sse_event(openai::usage_chunk(meta_, req_.api, usage_)));
+      out_->write(std::string(openai::kSseDone));
+      out_->end();
+      return;
+    }
+    if (!error_.empty()) {
+      out_->send(error_response(HttpError(500, error_)));
+      return;
+    }
+    std::vector<openai::Choice> all;
+    all.reserve(choices_.size());
+    for (auto& c : choices_) all.push_back(std::move(c.acc));
+    const json::object body = req_.api == Api::Chat ? openai::chat_response(meta_, all, usage_, bytes_)
+                                                    : openai::completion_response(meta_, all, usage_, bytes_);
+    out_->send(Response::json(200, json::serialize(body)));
+  }
+
+  const GenerateRequest req_;
+  const openai::ResponseMeta meta_;
+  const std::shared_ptr<Responder> out_;
+  const std::shared_ptr<ApiContext> api_;  // keeps metrics_ alive for late deltas
+  EngineMetrics& metrics_;
+  openai::TokenBytes bytes_;
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles_;
+
+  std::mutex mu_;  // the rest: the submitting I/O thread, then the scheduler thread
+  std::vector<ChoiceState> choices_;
+  int remaining_ = 0;
+  engine::Usage usage_;
+  std::string error_;
+  bool abandoned_ = false;
+};
+
+void generate(ApiContext& api, Api kind, const Request& req, const std::shared_ptr<Responder>& out) {
+  const json::object body = parse_json_object(req.body);
+  GenerateRequest g = kind == Api::Chat ? openai::parse_chat_request(body) : openai::parse_completion_request(body);
+  api.check_model(g.model);
+  api.check_admitting();
+  const auto eng = api.loaded_engine();
+  const engine::Tokenizer& tok = eng->tokenizer();
+
+  // Prompts become token ids here, on the I/O thread, so the scheduler only runs the model.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo;
+  if (kind == Api::Chat) {
+    std::string text;
+    try {
+      text = eng->chat_template().apply(g.messages, g.add_generation_prompt);
+    } catch (const engine::ChatTemplateError& e) {
+      throw HttpError(400, e.what(), {}, "messages");
+    }
+    prompts.push_back(tok.encode(text, g.add_special_tokens, /*parse_special=*/true));
+  } else {
+    for (size_t p = 0; p < g.prompts.size(); ++p) {
+      const auto& prompt = g.prompts[p];
+      if (prompt.tokens.empty()) {
+        prompts.push_back(tok.encode(prompt.text, g.add_special_tokens, /*parse_special=*/true));
+        echo.push_back(prompt.text);
+        continue;
+      }
+      for (int32_t id : prompt.tokens)
+        if (static_cast<size_t>(id) >= tok.vocab_size())
+          throw HttpError(400,
+                          "token id " + std::to_string(id) + " in `prompt` is outside the vocabulary of " +
+                              std::to_string(tok.vocab_size()) + " tokens",
+                          {}, g.prompts.size() > 1 ? "prompt[" + std::to_string(p) + "]" : "prompt");
+      prompts.push_back(prompt.tokens);
+      echo.push_back(g.echo ? tok.decode(prompt.tokens, /*skip_special=*/false) : std::string());
+    }
+  }
+
+  openai::ResponseMeta meta{(kind == Api::Chat ? "chatcmpl-" : "cmpl-") + req.request_id,
+                            static_cast<int64_t>(std::time(nullptr)), api.options.served_model_name};
+  auto gen = std::make_shared<Generation>(std::move(g), std::move(meta), out, api.shared_from_this(), tok);
+  try {
+    gen->start(*eng, prompts, echo, req.deadline, req.request_id);
+  } catch (const engine::InvalidRequest& e) {
+    // The engine says "prompt"; a chat client wrote messages.
+    throw HttpError(400, e.what(), {}, kind == Api::Chat && e.field == "prompt" ? "messages" : e.field);
+  } catch (const engine::QueueFull& e) {
+    throw HttpError(429, std::string("the server is busy: ") + e.what() + "; retry later");
+  } catch (const std::invalid_argument& e) {
+    throw HttpError(400, e.what());
+  }
+}
+
+void tokenize(ApiContext& api, const Request& req, const std::shared_ptr<Responder>& out) {
+  const openai::TokenizeRequest t = openai::parse_tokenize_request(parse_json_object(req.body));
+  api.check_model(t.model);
+  const auto eng = api.loaded_engine();
+  std::string text;
+  if (t.prompt) {
+    text = *t.prompt;
+  } else {
+    try {
+      text = eng->chat_template().apply(t.messages, t.add_generation_prompt);
+    } catch (const engine::ChatTemplateError& e) {
+      throw HttpError(400, e.what(), {}, "messages");
+    }
+  }
+  const auto ids = eng->tokenizer().encode(text, t.add_special_tokens, /*parse_special=*/true);
+  out->send(Response::json(200, json::serialize(openai::tokenize_response(ids, eng->max_model_len()))));
+}
+
+void detokenize(ApiContext& api, const Request& req, const std::shared_ptr<Responder>& out) {
+  const json::object body = parse_json_object(req.body);
+  const auto eng = api.loaded_engine();
+  const auto ids = openai::parse_detokenize_request(body, eng->tokenizer().vocab_size());
+  const std::string text = eng->tokenizer().decode(ids, /*skip_special=*/false);
+  out->send(Response::json(200, json::serialize(openai::detokenize_response(text))));
+}
+
+using RouteBody = std::function<void(ApiContext&, const Request&, const std::shared_ptr<Responder>&)>;
+
+// Wraps a route body: API key first (for /v1), and every HttpError answered here
+// so its param and Retry-After reach the client.
+Handler guarded(std::shared_ptr<ApiContext> api, bool needs_key, RouteBody body) {
+  return [api = std::move(api), needs_key, body = std::move(body)](const Request& req, std::shared_ptr<Responder> out) {
+    try {
+      if (needs_key) api->check_api_key(req);
+      body(*api, req, out);
+    } catch (const HttpError& e) {
+      out->send(error_response(e));
+    }
+  };
+}
+
+}  // namespace
+
+void register_openai_routes(HttpServer& http, const Lifecycle& lifecycle, Metrics& metrics, EngineSource engine,
+                            OpenAiOptions options) {
+  auto api = std::make_shared<ApiContext>(lifecycle, metrics, std::move(engine), std::move(options));
+
+  http.route("POST", "/v1/chat/completions",
+             guarded(api, true, [](ApiContext& a, const Request& r, const std::shared_ptr<Responder>& o) {
+               generate(a, Api::Chat, r, o);
+             }));
+  http.route("POST", "/v1/completions",
+             guarded(api, true, [](ApiContext& a, const Request& r, const std::shared_ptr<Responder>& o) {
+               generate(a, Api::Completions, r, o);
+             }));
+  // As in vLLM, only /v1 routes need the key.
+  http.route("POST", "/tokenize", guarded(api, false, tokenize));
+  http.route("POST", "/detokenize", guarded(api, false, detokenize));
+}
+
+}  // namespace inferd::daemon

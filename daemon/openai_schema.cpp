@@ -1,0 +1,579 @@
+#include "daemon/openai_schema.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include <boost/json/array.hpp>
+#include <boost/json/serialize.hpp>
+
+#include "daemon/json_error.hpp"
+
+namespace inferd::daemon::openai {
+
+namespace json = boost::json;
+
+namespace {
+
+// ---- reading fields ----
+
+[[noreturn]] void invalid(std::string_view param, std::string message) {
+  throw HttpError(400, std::move(message), {}, std::string(param));
+}
+
+std::string quoted(std::string_view param) { return "`" + std::string(param) + "`"; }
+
+std::string kind_of(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64: return "an integer";
+    case json::kind::double_: return "a number";
+    case json::kind::string: return "a string";
+    case json::kind::array: return "an array";
+    case json::kind::object: return "an object";
+  }
+  return "?";
+}
+
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// The field's value, or null when it is absent or JSON null (both mean "default").
+const json::value* find(const json::object& o, std::string_view key) {
+  auto it = o.find(key);
+  return it == o.end() || it->value().is_null() ? nullptr : &it->value();
+}
+
+bool as_bool(const json::value& v, std::string_view param) {
+  if (!v.is_bool()) invalid(param, quoted(param) + " must be a boolean, got " + kind_of(v));
+  return v.get_bool();
+}
+
+double as_number(const json::value& v, std::string_view param) {
+  if (v.is_double()) {
+    if (!std::isfinite(v.get_double())) invalid(param, quoted(param) + " must be a finite number");
+    return v.get_double();
+  }
+  if (v.is_int64()) return static_cast<double>(v.get_int64());
+  if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+  invalid(param, quoted(param) + " must be a number, got " + kind_of(v));
+}
+
+// Integers may arrive as 5 or 5.0 (some clients write every number as a float).
+int64_t as_integer(const json::value& v, std::string_view param) {
+  if (v.is_int64()) return v.get_int64();
+  if (v.is_uint64()) {
+    if (v.get_uint64() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      invalid(param, quoted(param) + " is too large");
+    return static_cast<int64_t>(v.get_uint64());
+  }
+  if (v.is_double()) {
+    const double d = v.get_double();
+    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e15) return static_cast<int64_t>(d);
+  }
+  invalid(param, quoted(param) + " must be an integer, got " + kind_of(v));
+}
+
+std::string as_string(const json::value& v, std::string_view param) {
+  if (!v.is_string()) invalid(param, quoted(param) + " must be a string, got " + kind_of(v));
+  return std::string(v.get_string());
+}
+
+std::optional<bool> get_bool(const json::object& o, std::string_view key) {
+  const json::value* v = find(o, key);
+  return v ? std::optional(as_bool(*v, key)) : std::nullopt;
+}
+std::optional<double> get_number(const json::object& o, std::string_view key) {
+  const json::value* v = find(o, key);
+  return v ? std::optional(as_number(*v, key)) : std::nullopt;
+}
+std::optional<int64_t> get_integer(const json::object& o, std::string_view key) {
+  const json::value* v = find(o, key);
+  return v ? std::optional(as_integer(*v, key)) : std::nullopt;
+}
+std::optional<std::string> get_string(const json::object& o, std::string_view key) {
+  const json::value* v = find(o, key);
+  return v ? std::optional(as_string(*v, key)) : std::nullopt;
+}
+
+double number_in(const json::object& o, std::string_view key, double fallback, double lo, double hi,
+                 bool lo_open = false) {
+  const auto v = get_number(o, key);
+  if (!v) return fallback;
+  if (*v > hi || *v < lo || (lo_open && *v == lo))
+    invalid(key, quoted(key) + " must be in " + (lo_open ? "(" : "[") + num(lo) + ", " +
+                     (std::isinf(hi) ? "inf)" : num(hi) + "]") + ", got " + num(*v));
+  return *v;
+}
+
+int64_t integer_in(const json::object& o, std::string_view key, int64_t fallback, int64_t lo, int64_t hi) {
+  const auto v = get_integer(o, key);
+  if (!v) return fallback;
+  if (*v < lo || *v > hi)
+    invalid(key, quoted(key) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                     std::to_string(*v));
+  return *v;
+}
+
+int32_t token_id(const json::value& v, std::string_view param) {
+  const int64_t id = as_integer(v, param);
+  if (id < 0 || id > std::numeric_limits<int32_t>::max())
+    invalid(param, quoted(param) + " must hold token ids (non-negative integers), got " + std::to_string(id));
+  return static_cast<int32_t>(id);
+}
+
+std::vector<int32_t> token_ids(const json::array& a, std::string_view param) {
+  std::vector<int32_t> ids;
+  ids.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ids.push_back(token_id(a[i], std::string(param) + "[" + std::to_string(i) + "]"));
+  return ids;
+}
+
+// ---- messages ----
+
+std::string message_content(const json::object& m, const std::string& param, const std::string& role) {
+  const json::value* c = find(m, "content");
+  const std::string cparam = param + ".content";
+  if (!c) {
+    // An assistant turn that only called tools has no content.
+    if (role == "assistant") return {};
+    invalid(cparam, quoted(cparam) + " is required for role `" + role + "`");
+  }
+  if (c->is_string()) return std::string(c->get_string());
+  if (!c->is_array())
+    invalid(cparam, quoted(cparam) + " must be a string or an array of content parts, got " + kind_of(*c));
+  std::string text;
+  const json::array& parts = c->get_array();
+  for (size_t j = 0; j < parts.size(); ++j) {
+    const std::string pparam = cparam + "[" + std::to_string(j) + "]";
+    if (!parts[j].is_object()) invalid(pparam, quoted(pparam) + " must be an object, got " + kind_of(parts[j]));
+    const json::object& part = parts[j].get_object();
+    const std::string tparam = pparam + ".type";
+    const json::value* type = find(part, "type");
+    if (!type) invalid(tparam, quoted(tparam) + " is required");
+    const std::string t = as_string(*type, tparam);
+    if (t != "text")
+      invalid(tparam, "unsupported content part type `" + t + "`; this model accepts only `text` parts");
+    const std::string xparam = pparam + ".text";
+    const json::value* x = find(part, "text");
+    if (!x) invalid(xparam, quoted(xparam) + " is required");
+    // Parts are joined with newlines, as vLLM does.
+    if (j > 0) text += '\n';
+    text += as_string(*x, xparam);
+  }
+  return text;
+}
+
+std::vector<ChatMessage> parse_messages(const json::object& body) {
+  const json::value* v = find(body, "messages");
+  if (!v) invalid("messages", "`messages` is required");
+  if (!v->is_array()) invalid("messages", "`messages` must be an array, got " + kind_of(*v));
+  const json::array& a = v->get_array();
+  if (a.empty()) invalid("messages", "`messages` must not be empty");
+  std::vector<ChatMessage> out;
+  out.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!a[i].is_object()) invalid(param, quoted(param) + " must be an object, got " + kind_of(a[i]));
+    const json::object& m = a[i].get_object();
+    const json::value* r = find(m, "role");
+    if (!r) invalid(param + ".role", quoted(param + ".role") + " is required");
+    std::string role = as_string(*r, param + ".role");
+    if (role == "developer") role = "system";  // OpenAI's newer name for the system turn
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      invalid(param + ".role", "unknown role `" + role + "` in " + quoted(param + ".role") +
+                                   "; expected system, developer, user, assistant or tool");
+    out.push_back({role, message_content(m, param, role)});
+  }
+  return out;
+}
+
+// ---- common generation fields ----
+
+// Fields this server does not implement: refusing them beats silently ignoring them.
+void reject_unsupported(const json::object& body) {
+  if (const json::value* v = find(body, "tools"); v && v->is_array() && !v->get_array().empty()) {
+    const json::value* choice = find(body, "tool_choice");
+    if (!(choice && choice->is_string() && choice->get_string() == "none"))
+      invalid("tools", "`tools` (function calling) is not supported by this server");
+  }
+  if (const json::value* v = find(body, "response_format")) {
+    const json::value* t = v->is_object() ? find(v->get_object(), "type") : nullptr;
+    if (!(t && t->is_string() && t->get_string() == "text"))
+      invalid("response_format", "`response_format` other than {\"type\": \"text\"} is not supported by this server");
+  }
+  if (const json::value* v = find(body, "logit_bias"); v && !(v->is_object() && v->get_object().empty()))
+    invalid("logit_bias", "`logit_bias` is not supported by this server");
+  if (const json::value* v = find(body, "suffix"); v && !(v->is_string() && v->get_string().empty()))
+    invalid("suffix", "`suffix` is not supported by this server");
+  if (find(body, "prompt_logprobs"))
+    invalid("prompt_logprobs", "`prompt_logprobs` is not supported by this server");
+  if (get_integer(body, "min_tokens").value_or(0) > 0)
+    invalid("min_tokens", "`min_tokens` is not supported by this server");
+}
+
+void parse_common(const json::object& body, GenerateRequest& r) {
+  reject_unsupported(body);
+  if (auto m = get_string(body, "model")) r.model = *m;
+
+  r.n = static_cast<int>(integer_in(body, "n", 1, 1, kMaxChoices));
+  if (auto best_of = get_integer(body, "best_of"); best_of && *best_of != r.n)
+    invalid("best_of", "`best_of` other than `n` is not supported by this server");
+
+  r.stream = get_bool(body, "stream").value_or(false);
+  if (const json::value* so = find(body, "stream_options")) {
+    if (!r.stream) invalid("stream_options", "`stream_options` is only allowed when `stream` is true");
+    if (!so->is_object()) invalid("stream_options", "`stream_options` must be an object, got " + kind_of(*so));
+    const json::value* iu = find(so->get_object(), "include_usage");
+    r.include_usage = iu && as_bool(*iu, "stream_options.include_usage");
+  }
+
+  // The OpenAI defaults, stated here so they do not depend on the engine's.
+  auto& s = r.sampling;
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  s.temperature = static_cast<float>(number_in(body, "temperature", 1.0, 0.0, inf));
+  s.top_p = static_cast<float>(number_in(body, "top_p", 1.0, 0.0, 1.0, /*lo_open=*/true));
+  // -1 and 0 both mean "no top-k", as in vLLM.
+  const int64_t top_k = integer_in(body, "top_k", 0, -1, std::numeric_limits<int32_t>::max());
+  s.top_k = static_cast<int>(std::max<int64_t>(0, top_k));
+  s.min_p = static_cast<float>(number_in(body, "min_p", 0.0, 0.0, 1.0));
+  s.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", 0.0, -2.0, 2.0));
+  s.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", 0.0, -2.0, 2.0));
+  s.repetition_penalty = static_cast<float>(number_in(body, "repetition_penalty", 1.0, 0.0, inf, /*lo_open=*/true));
+  if (auto seed = get_integer(body, "seed")) s.seed = static_cast<uint64_t>(*seed);
+  s.logprobs = -1;
+
+  if (const json::value* v = find(body, "stop")) {
+    if (v->is_string()) {
+      r.stop.emplace_back(v->get_string());
+    } else if (v->is_array()) {
+      const json::array& a = v->get_array();
+      for (size_t i = 0; i < a.size(); ++i) r.stop.push_back(as_string(a[i], "stop[" + std::to_string(i) + "]"));
+    } else {
+      invalid("stop", "`stop` must be a string or an array of strings, got " + kind_of(*v));
+    }
+    for (const auto& st : r.stop)
+      if (st.empty()) invalid("stop", "`stop` strings must not be empty");
+  }
+  if (const json::value* v = find(body, "stop_token_ids")) {
+    if (!v->is_array()) invalid("stop_token_ids", "`stop_token_ids` must be an array of token ids, got " + kind_of(*v));
+    r.stop_token_ids = token_ids(v->get_array(), "stop_token_ids");
+  }
+  r.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  r.skip_special_tokens = get_bool(body, "skip_special_tokens").value_or(true);
+}
+
+std::optional<int> max_tokens_field(const json::object& body, std::string_view key) {
+  const auto v = get_integer(body, key);
+  if (!v) return std::nullopt;
+  if (*v < 1) invalid(key, quoted(key) + " must be at least 1, got " + std::to_string(*v));
+  return static_cast<int>(std::min<int64_t>(*v, std::numeric_limits<int32_t>::max()));
+}
+
+std::vector<Prompt> parse_prompts(const json::object& body) {
+  const json::value* v = find(body, "prompt");
+  if (!v) invalid("prompt", "`prompt` is required");
+  auto text_prompt = [](const json::value& x, std::string_view param) {
+    Prompt p;
+    p.text = as_string(x, param);
+    if (p.text.empty()) invalid(param, quoted(param) + " must not be empty");
+    return p;
+  };
+  if (v->is_string()) return {text_prompt(*v, "prompt")};
+  if (!v->is_array())
+    invalid("prompt", "`prompt` must be a string, an array of strings or an array of token ids, got " + kind_of(*v));
+  const json::array& a = v->get_array();
+  if (a.empty()) invalid("prompt", "`prompt` must not be empty");
+  std::vector<Prompt> out;
+  if (a[0].is_number()) {
+    out.push_back({{}, token_ids(a, "prompt")});
+    return out;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string param = "prompt[" + std::to_string(i) + "]";
+    if (a[i].is_string()) {
+      out.push_back(text_prompt(a[i], param));
+    } else if (a[i].is_array() && !a[i].get_array().empty()) {
+      out.push_back({{}, token_ids(a[i].get_array(), param)});
+    } else {
+      invalid(param, quoted(param) + " must be a non-empty string or array of token ids, got " + kind_of(a[i]));
+    }
+  }
+  return out;
+}
+
+// ---- building responses ----
+
+constexpr double kMinLogprob = -9999.0;  // JSON has no -inf; vLLM clamps the same way
+
+double clamp_logprob(float lp) { return std::isfinite(lp) ? std::max<double>(lp, kMinLogprob) : kMinLogprob; }
+
+json::array byte_values(std::string_view s) {
+  json::array a;
+  a.reserve(s.size());
+  for (unsigned char c : s) a.emplace_back(static_cast<int64_t>(c));
+  return a;
+}
+
+json::object chat_logprob(int32_t id, float lp, const TokenBytes& bytes) {
+  const std::string raw = bytes(id);
+  return {{"token", valid_utf8(raw)}, {"logprob", clamp_logprob(lp)}, {"bytes", byte_values(raw)}};
+}
+
+json::value chat_logprobs(const Choice& c, const TokenBytes& bytes) {
+  if (!c.logprobs) return nullptr;
+  json::array content;
+  for (const auto& t : *c.logprobs) {
+    json::object entry = chat_logprob(t.id, t.logprob, bytes);
+    json::array top;
+    for (const auto& [id, lp] : t.top) top.push_back(chat_logprob(id, lp, bytes));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return json::object{{"content", std::move(content)}};
+}
+
+// The legacy completions shape: parallel arrays; each top_logprobs entry maps
+// token text to logprob and includes the sampled token, as vLLM does.
+json::value completion_logprobs(const Choice& c, size_t text_offset, const TokenBytes& bytes) {
+  if (!c.logprobs) return nullptr;
+  json::array tokens, token_logprobs, top_logprobs, offsets;
+  size_t offset = text_offset;
+  for (const auto& t : *c.logprobs) {
+    const std::string text = valid_utf8(bytes(t.id));
+    tokens.emplace_back(text);
+    token_logprobs.emplace_back(clamp_logprob(t.logprob));
+    json::object top;
+    top[text] = clamp_logprob(t.logprob);
+    for (const auto& [id, lp] : t.top) top.emplace(valid_utf8(bytes(id)), clamp_logprob(lp));
+    top_logprobs.push_back(std::move(top));
+    offsets.emplace_back(static_cast<uint64_t>(offset));
+    offset += text.size();
+  }
+  return json::object{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_logprobs)},
+                      {"top_logprobs", std::move(top_logprobs)},
+                      {"text_offset", std::move(offsets)}};
+}
+
+json::value stop_reason_json(const Choice& c) {
+  return c.stop_reason.empty() ? json::value(nullptr) : json::value(valid_utf8(c.stop_reason));
+}
+
+json::object envelope(const ResponseMeta& meta, std::string_view object) {
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+}  // namespace
+
+GenerateRequest parse_chat_request(const json::object& body) {
+  GenerateRequest r;
+  r.api = Api::Chat;
+  r.messages = parse_messages(body);
+  parse_common(body, r);
+  r.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
+  r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(false);
+  // max_completion_tokens is the current name; max_tokens the deprecated one.
+  r.max_tokens = max_tokens_field(body, "max_completion_tokens");
+  if (!r.max_tokens) r.max_tokens = max_tokens_field(body, "max_tokens");
+
+  const bool logprobs = get_bool(body, "logprobs").value_or(false);
+  const auto top = integer_in(body, "top_logprobs", 0, 0, engine::kMaxLogprobs);
+  if (top > 0 && !logprobs) invalid("top_logprobs", "`top_logprobs` needs `logprobs` set to true");
+  if (logprobs) r.sampling.logprobs = static_cast<int>(top);
+  return r;
+}
+
+GenerateRequest parse_completion_request(const json::object& body) {
+  GenerateRequest r;
+  r.api = Api::Completions;
+  r.prompts = parse_prompts(body);
+  parse_common(body, r);
+  if (r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(kMaxChoices))
+    invalid("n", "`n` times the number of prompts must be at most " + std::to_string(kMaxChoices));
+  r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(true);
+  r.max_tokens = max_tokens_field(body, "max_tokens");
+  r.echo = get_bool(body, "echo").value_or(false);
+
+  if (const json::value* v = find(body, "logprobs")) {
+    if (v->is_bool()) invalid("logprobs", "`logprobs` must be an integer (alternatives per token) in /v1/completions");
+    r.sampling.logprobs = static_cast<int>(integer_in(body, "logprobs", 0, 0, engine::kMaxLogprobs));
+  }
+  if (r.echo && r.logprobs()) invalid("echo", "`echo` together with `logprobs` is not supported by this server");
+  return r;
+}
+
+TokenizeRequest parse_tokenize_request(const json::object& body) {
+  TokenizeRequest r;
+  if (auto m = get_string(body, "model")) r.model = *m;
+  const bool has_prompt = find(body, "prompt") != nullptr;
+  const bool has_messages = find(body, "messages") != nullptr;
+  if (has_prompt == has_messages) invalid("prompt", "exactly one of `prompt` or `messages` is required");
+  if (has_prompt) {
+    r.prompt = *get_string(body, "prompt");
+  } else {
+    r.messages = parse_messages(body);
+    r.add_special_tokens = false;
+    r.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
+  }
+  r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(r.add_special_tokens);
+  return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(const json::object& body, size_t vocab_size) {
+  const json::value* v = find(body, "tokens");
+  if (!v) invalid("tokens", "`tokens` is required");
+  if (!v->is_array()) invalid("tokens", "`tokens` must be an array of token ids, got " + kind_of(*v));
+  std::vector<int32_t> ids = token_ids(v->get_array(), "tokens");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (static_cast<size_t>(ids[i]) >= vocab_size)
+      invalid("tokens", "`tokens[" + std::to_string(i) + "]` = " + std::to_string(ids[i]) +
+                            " is outside the vocabulary of " + std::to_string(vocab_size) + " tokens");
+  return ids;
+}
+
+json::object tokenize_response(std::span<const int32_t> tokens, int max_model_len) {
+  json::array ids;
+  ids.reserve(tokens.size());
+  for (int32_t t : tokens) ids.emplace_back(static_cast<int64_t>(t));
+  return {{"count", static_cast<int64_t>(tokens.size())}, {"max_model_len", max_model_len}, {"tokens", std::move(ids)}};
+}
+
+json::object detokenize_response(std::string_view text) { return {{"prompt", valid_utf8(text)}}; }
+
+json::value finish_reason_json(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::Stop: return "stop";
+    case engine::FinishReason::Length: return "length";
+    case engine::FinishReason::Cancelled:
+    case engine::FinishReason::Error: return "abort";
+    case engine::FinishReason::None: break;
+  }
+  return nullptr;
+}
+
+json::object usage_json(const engine::Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", json::object{{"cached_tokens", u.cached_tokens}}}};
+}
+
+json::object chat_response(const ResponseMeta& meta, std::span<const Choice> choices, const engine::Usage& usage,
+                           const TokenBytes& bytes) {
+  json::object out = envelope(meta, "chat.completion");
+  json::array arr;
+  for (const auto& c : choices) {
+    arr.push_back(json::object{
+        {"index", c.index},
+        {"message", json::object{{"role", "assistant"}, {"content", valid_utf8(c.text)}}},
+        {"logprobs", chat_logprobs(c, bytes)},
+        {"finish_reason", finish_reason_json(c.finish)},
+        {"stop_reason", stop_reason_json(c)},
+    });
+  }
+  out["choices"] = std::move(arr);
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json::object completion_response(const ResponseMeta& meta, std::span<const Choice> choices,
+                                 const engine::Usage& usage, const TokenBytes& bytes) {
+  json::object out = envelope(meta, "text_completion");
+  json::array arr;
+  for (const auto& c : choices) {
+    arr.push_back(json::object{
+        {"index", c.index},
+        {"text", valid_utf8(c.text)},
+        {"logprobs", completion_logprobs(c, 0, bytes)},
+        {"finish_reason", finish_reason_json(c.finish)},
+        {"stop_reason", stop_reason_json(c)},
+    });
+  }
+  out["choices"] = std::move(arr);
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json::object chat_role_chunk(const ResponseMeta& meta, int index) {
+  json::object out = envelope(meta, "chat.completion.chunk");
+  out["choices"] = json::array{json::object{{"index", index},
+                                            {"delta", json::object{{"role", "assistant"}, {"content", ""}}},
+                                            {"logprobs", nullptr},
+                                            {"finish_reason", nullptr}}};
+  return out;
+}
+
+json::object chat_chunk(const ResponseMeta& meta, const Choice& delta, const TokenBytes& bytes) {
+  json::object out = envelope(meta, "chat.completion.chunk");
+  json::object choice{{"index", delta.index},
+                      {"delta", json::object{{"content", valid_utf8(delta.text)}}},
+                      {"logprobs", chat_logprobs(delta, bytes)},
+                      {"finish_reason", finish_reason_json(delta.finish)}};
+  if (delta.finish != engine::FinishReason::None) choice["stop_reason"] = stop_reason_json(delta);
+  out["choices"] = json::array{std::move(choice)};
+  return out;
+}
+
+json::object completion_chunk(const ResponseMeta& meta, const Choice& delta, size_t text_offset,
+                              const TokenBytes& bytes) {
+  json::object out = envelope(meta, "text_completion");
+  json::object choice{{"index", delta.index},
+                      {"text", valid_utf8(delta.text)},
+                      {"logprobs", completion_logprobs(delta, text_offset, bytes)},
+                      {"finish_reason", finish_reason_json(delta.finish)}};
+  if (delta.finish != engine::FinishReason::None) choice["stop_reason"] = stop_reason_json(delta);
+  out["choices"] = json::array{std::move(choice)};
+  return out;
+}
+
+json::object usage_chunk(const ResponseMeta& meta, Api api, const engine::Usage& usage) {
+  json::object out = envelope(meta, api == Api::Chat ? "chat.completion.chunk" : "text_completion");
+  out["choices"] = json::array{};
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+std::string sse_event(const json::value& v) { return "data: " + json::serialize(v) + "\n\n"; }
+
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    const size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    uint32_t cp = c & (0x7F >> len);
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      ok = (cc & 0xC0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are invalid too.
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= kMin[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace inferd::daemon::openai

@@ -1,0 +1,125 @@
+// The OpenAI wire format without HTTP: request bodies parsed and validated into
+// plain structs, and response bodies and stream chunks built from engine output.
+// Every bad field throws HttpError(400) whose `param` names it (e.g.
+// "messages[1].content[0].type"). Pure functions, so tests need no server.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include "engine/chat_template.hpp"
+#include "engine/engine.hpp"
+#include "engine/sampler.hpp"
+
+namespace inferd::daemon::openai {
+
+enum class Api { Chat, Completions };
+
+// role: system, user, assistant or tool ("developer" arrives as system).
+using engine::ChatMessage;
+
+// A completions prompt: text, or token ids used as they are.
+struct Prompt {
+  std::string text;
+  std::vector<int32_t> tokens;  // non-empty: the prompt is these ids and `text` is unused
+};
+
+// One /v1/chat/completions or /v1/completions request.
+struct GenerateRequest {
+  Api api = Api::Chat;
+  std::string model;                  // empty: not named by the client
+  std::vector<ChatMessage> messages;  // chat
+  bool add_generation_prompt = true;  // chat
+  std::vector<Prompt> prompts;        // completions: one or more (a batch)
+  bool echo = false;                  // completions: the prompt text leads the output
+  bool add_special_tokens = false;    // BOS/EOS around the text; chat: false, completions: true
+  std::optional<int> max_tokens;      // empty: whatever the context has left
+  int n = 1;                          // choices per prompt
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  engine::SamplingParams sampling;    // sampling.logprobs: -1, or alternatives per token
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+
+  bool logprobs() const { return sampling.logprobs >= 0; }
+};
+
+// Most choices one request may ask for (prompts x n).
+inline constexpr int kMaxChoices = 128;
+
+GenerateRequest parse_chat_request(const boost::json::object& body);
+GenerateRequest parse_completion_request(const boost::json::object& body);
+
+// POST /tokenize: {prompt} or {messages, add_generation_prompt}, add_special_tokens.
+struct TokenizeRequest {
+  std::string model;
+  std::optional<std::string> prompt;
+  std::vector<ChatMessage> messages;  // used when prompt is empty
+  bool add_generation_prompt = true;
+  bool add_special_tokens = true;     // default false for messages, as vLLM
+};
+TokenizeRequest parse_tokenize_request(const boost::json::object& body);
+// POST /detokenize: {tokens}; ids must lie in [0, vocab_size).
+std::vector<int32_t> parse_detokenize_request(const boost::json::object& body, size_t vocab_size);
+
+boost::json::object tokenize_response(std::span<const int32_t> tokens, int max_model_len);
+boost::json::object detokenize_response(std::string_view text);
+
+// ---- responses ----
+
+struct ResponseMeta {
+  std::string id;  // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+// The bytes a token id stands for (special tokens included), for logprobs.
+using TokenBytes = std::function<std::string(int32_t)>;
+
+// One choice, finished (a whole response) or in part (one stream chunk).
+struct Choice {
+  int index = 0;
+  std::string text;
+  std::optional<std::vector<engine::TokenOut>> logprobs;  // nullopt: not asked for
+  engine::FinishReason finish = engine::FinishReason::None;
+  std::string stop_reason;  // the stop string that matched, if any
+};
+
+// "stop", "length", "abort" (cancelled, as vLLM), or null while unfinished.
+boost::json::value finish_reason_json(engine::FinishReason r);
+boost::json::object usage_json(const engine::Usage& usage);
+
+// Whole responses (object "chat.completion" / "text_completion").
+boost::json::object chat_response(const ResponseMeta& meta, std::span<const Choice> choices,
+                                  const engine::Usage& usage, const TokenBytes& bytes);
+boost::json::object completion_response(const ResponseMeta& meta, std::span<const Choice> choices,
+                                        const engine::Usage& usage, const TokenBytes& bytes);
+
+// Stream chunks. A chat stream opens each choice with a chunk whose delta carries
+// the assistant role; the chunk that finishes a choice carries finish_reason.
+boost::json::object chat_role_chunk(const ResponseMeta& meta, int index);
+boost::json::object chat_chunk(const ResponseMeta& meta, const Choice& delta, const TokenBytes& bytes);
+// `text_offset`: where this chunk's text starts in the choice's whole text.
+boost::json::object completion_chunk(const ResponseMeta& meta, const Choice& delta, size_t text_offset,
+                                     const TokenBytes& bytes);
+// The last chunk with stream_options.include_usage: no choices, the usage.
+boost::json::object usage_chunk(const ResponseMeta& meta, Api api, const engine::Usage& usage);
+
+// "data: <json>\n\n"
+std::string sse_event(const boost::json::value& v);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// `s` with every invalid UTF-8 sequence replaced by U+FFFD, so JSON stays valid
+// when a token ends inside a character.
+std::string valid_utf8(std::string_view s);
+
+}  // namespace inferd::daemon::openai

@@ -1,0 +1,190 @@
+// The engine: owns the model, tokenizer and KV cache, and runs one scheduler
+// thread that builds every step from the running sequences (decode tokens first,
+// then prefill chunks) within max_num_seqs and max_num_batched_tokens.
+// Requests arrive through submit(); results leave through each request's sink,
+// called on the scheduler thread.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model.hpp"
+#include "engine/sampler.hpp"
+
+namespace inferd::engine {
+
+class GgufFile;
+class Tokenizer;
+class ChatTemplate;
+class KvCache;
+class BlockAllocator;
+class StepHeartbeat;
+struct Sequence;
+
+struct EngineOptions {
+  std::string model_path;
+  int threads = 0;                  // 0: one per core
+  int max_model_len = 0;            // 0: the model's trained context
+  int max_num_seqs = 16;
+  int max_num_batched_tokens = 512;
+  int block_size = 16;
+  int num_kv_blocks = 0;            // 0: derived from kv_cache_bytes
+  size_t kv_cache_bytes = size_t(1) << 30;
+  bool enable_prefix_caching = true;
+  size_t max_waiting = 256;         // queued requests beyond this are refused
+};
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* to_string(FinishReason r);
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+};
+
+struct TokenOut {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // when logprobs were asked for
+};
+
+// What a request's sink receives: new text and tokens, and at the end the finish
+// reason and usage. A stream that ends with Error carries a message.
+struct Delta {
+  std::string text;
+  std::vector<TokenOut> tokens;
+  FinishReason finish = FinishReason::None;
+  std::string stop_reason;  // the stop string that matched, if any
+  std::string error;
+  Usage usage;
+  double ttft_s = 0;   // set on the first delta that carries tokens
+  double e2e_s = 0;    // set on the final delta
+};
+
+struct GenerationRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int max_tokens = 16;
+  bool ignore_eos = false;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool skip_special_tokens = true;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  std::function<void(Delta&&)> sink;
+};
+
+// The caller's handle on a submitted request.
+class RequestHandle {
+ public:
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+class QueueFull : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Raised by submit() for a request the engine cannot run (e.g. too long).
+class InvalidRequest : public std::invalid_argument {
+ public:
+  InvalidRequest(std::string field, const std::string& msg) : std::invalid_argument(msg), field(std::move(field)) {}
+  std::string field;
+};
+
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_used = 0;
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generation_tokens_total = 0;
+  uint64_t prefix_queries_tokens = 0;
+  uint64_t prefix_hits_tokens = 0;
+  uint64_t preemptions_total = 0;
+  uint64_t steps_total = 0;
+  double kv_usage() const { return kv_blocks_total ? double(kv_blocks_used) / kv_blocks_total : 0.0; }
+};
+
+class Engine {
+ public:
+  // Loads the model (throws LoadError naming the file and offset) and starts the scheduler.
+  explicit Engine(const EngineOptions& opts, StepHeartbeat* heartbeat = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ChatTemplate& chat_template() const { return *chat_; }
+  const ModelConfig& model_config() const { return model_->config(); }
+  const EngineOptions& options() const { return opts_; }
+  int max_model_len() const { return max_model_len_; }
+  kernels::Backend& backend() { return *backend_; }
+
+  // Queues a request; throws InvalidRequest or QueueFull.
+  std::shared_ptr<RequestHandle> submit(GenerationRequest req);
+  EngineStats stats() const;
+  // Stops the scheduler; requests still queued or running end with an error.
+  void stop();
+
+ private:
+  void loop();
+  void admit_new();
+  bool build_step();
+  void run_step();
+  void finish(Sequence& s, FinishReason why, std::string error = {});
+  void release_blocks(Sequence& s);
+  bool ensure_blocks(Sequence& s, int upto_tokens);
+  void preempt_one();
+  void register_full_blocks(Sequence& s);
+  int reuse_cached_prefix(Sequence& s);
+
+  EngineOptions opts_;
+  StepHeartbeat* heartbeat_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> chat_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<BlockAllocator> blocks_;
+  int max_model_len_ = 0;
+
+  // Inbox from submit(), guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Sequence>> inbox_;
+  bool stopping_ = false;
+
+  // Scheduler-thread state.
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  StepBatch batch_;
+  std::vector<Sequence*> batch_logit_seqs_;            // one per logits row
+  std::vector<std::pair<Sequence*, int>> batch_seqs_;  // tokens each sequence has in the step
+  std::vector<float> logits_;
+
+  // Counters read by stats().
+  std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0};
+  std::atomic<uint64_t> prompt_total_{0}, gen_total_{0}, prefix_q_{0}, prefix_hit_{0}, preempt_total_{0},
+      steps_total_{0};
+
+  std::thread thread_;
+};
+
+}  // namespace inferd::engine

@@ -1,0 +1,66 @@
+// A loaded model behind one small interface: the scheduler hands it a step (tokens
+// of several sequences, each with its position and block table) and gets logits
+// back for the tokens it asked about. One implementation file per architecture.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+
+namespace inferd::engine {
+
+class GgufFile;
+class KvCache;
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "llama"
+  std::string name;          // general.name
+  int n_layers = 0;
+  int dim = 0;               // embedding width
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int ffn_dim = 0;
+  int vocab = 0;
+  int max_context = 0;       // the model's trained context
+  float norm_eps = 1e-5f;
+  kernels::RopeParams rope;
+  bool tied_embeddings = false;
+};
+
+// One forward step. Token i belongs to a sequence whose KV blocks are listed in
+// attn[i].block_table and sits at position attn[i].pos; its K/V are written into
+// the cache at that position before attention reads positions 0..pos.
+struct StepBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<kernels::AttnToken> attn;
+  // Indices into `tokens` whose logits are wanted (usually each sequence's last token).
+  std::vector<int32_t> logits_rows;
+
+  size_t size() const { return tokens.size(); }
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    attn.clear();
+    logits_rows.clear();
+  }
+  void add(int32_t token, int32_t pos, const int32_t* block_table, bool want_logits) {
+    if (want_logits) logits_rows.push_back(static_cast<int32_t>(tokens.size()));
+    tokens.push_back(token);
+    positions.push_back(pos);
+    attn.push_back({block_table, pos});
+  }
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Runs the step; logits gets logits_rows.size() rows of config().vocab floats.
+  virtual void forward(const StepBatch& batch, KvCache& kv, float* logits) = 0;
+};
+
+}  // namespace inferd::engine

@@ -1,0 +1,197 @@
+// Microbenchmark of the CPU kernels on the default model's shapes (SmolLM2-135M):
+// matvec (one token, decode) in GB/s of weights read, batched matmul (128
+// tokens, prefill) in GFLOP/s, both next to the machine's read bandwidth, plus
+// the cost of a thread-pool dispatch and of a shape-key touch.
+// Usage: bench_kernels [seconds per measurement, default 0.5] [--cpu-time]
+// --cpu-time times the calling thread's CPU time instead of wall time and runs
+// one thread only: numbers that hold on a machine busy with other work.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/quantize.hpp"
+#include "kernels/thread_pool.hpp"
+
+using namespace inferd::kernels;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double g_seconds = 0.5;
+bool g_cpu_time = false;
+
+double now_s() {
+  if (!g_cpu_time) return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Runs fn for about g_seconds (at least 3 calls); returns the fastest call's
+// seconds: the machine's other work only ever adds time, so the minimum is the
+// steadiest estimate of the kernel's own cost.
+template <class Fn>
+double time_per_call(Fn&& fn) {
+  fn();  // warm: first-use registration, page faults
+  std::vector<double> times;
+  const auto start = Clock::now();
+  while (times.size() < 3 || std::chrono::duration<double>(Clock::now() - start).count() < g_seconds) {
+    const double t0 = now_s();
+    fn();
+    times.push_back(now_s() - t0);
+  }
+  return *std::min_element(times.begin(), times.end());
+}
+
+// Sums a large buffer with `threads` threads: the read bandwidth kernels can hope for.
+double read_bandwidth(ThreadPool& pool, size_t bytes) {
+  std::vector<uint64_t> buf(bytes / 8, 1);
+  std::vector<uint64_t> sink(pool.size() * 8);
+  const int64_t parts = pool.size() * 16;
+  const size_t per = buf.size() / parts;
+  const double s = time_per_call([&] {
+    pool.parallel_for(parts, [&](int64_t p, int thread) {
+      const uint64_t* b = buf.data() + p * per;
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      for (size_t i = 0; i < per; i += 4) a0 += b[i], a1 += b[i + 1], a2 += b[i + 2], a3 += b[i + 3];
+      sink[thread * 8] += a0 + a1 + a2 + a3;
+    });
+  });
+  return static_cast<double>(per * parts * 8) / s / 1e9;
+}
+
+struct Shape {
+  const char* what;
+  DType type;
+  int64_t rows, cols;
+};
+
+// Copies of a weight matrix filling about `working_set` bytes, visited in turn so
+// that a matvec reads from memory the way a decode step over the whole model does.
+struct WeightSet {
+  std::vector<uint8_t> bytes;
+  std::vector<WeightView> views;
+  size_t matrix_bytes;
+
+  WeightSet(const Shape& s, size_t working_set) {
+    const size_t rb = row_bytes(s.type, s.cols);
+    matrix_bytes = rb * s.rows;
+    const size_t copies = std::max<size_t>(1, working_set / matrix_bytes);
+    std::vector<float> src(s.cols);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    std::vector<uint8_t> one(matrix_bytes);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (auto& x : src) x = dist(rng);
+      quantize_row(s.type, src.data(), one.data() + r * rb, s.cols);
+    }
+    bytes.resize(matrix_bytes * copies);
+    for (size_t c = 0; c < copies; ++c) std::memcpy(bytes.data() + c * matrix_bytes, one.data(), matrix_bytes);
+    for (size_t c = 0; c < copies; ++c)
+      views.push_back(WeightView{s.type, bytes.data() + c * matrix_bytes, s.rows, s.cols, rb});
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--cpu-time")
+      g_cpu_time = true;
+    else
+      g_seconds = std::atof(argv[i]);
+  }
+  const std::vector<int> thread_counts = g_cpu_time ? std::vector<int>{1} : std::vector<int>{1, 2};
+  const Shape shapes[] = {
+      {"attn_q/o", DType::Q4_1, 576, 576},  {"attn_k/v", DType::Q4_1, 192, 576},
+      {"ffn_gate/up", DType::Q4_1, 1536, 576}, {"ffn_down", DType::Q4_1, 576, 1536},
+      {"output", DType::Q8_0, 49152, 576},
+  };
+  const size_t kModelBytes = size_t(96) << 20;  // the default model reads ~96 MB per token
+
+  std::printf("bench_kernels: %.2f s per measurement (best call, %s time), working set %zu MB per shape\n",
+              g_seconds, g_cpu_time ? "thread CPU" : "wall", kModelBytes >> 20);
+  for (int threads : thread_counts) {
+    ThreadPool pool(threads);
+    std::printf("\nthreads=%d  read bandwidth: %.1f GB/s (96 MB buffer), %.1f GB/s (1 GB buffer)\n", threads,
+                read_bandwidth(pool, kModelBytes), read_bandwidth(pool, size_t(1) << 30));
+  }
+  for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Scalar}) {
+    if (!cpu_isa_available(isa)) continue;
+    for (int threads : thread_counts) {
+      auto be = make_cpu_backend(threads, isa);
+      std::printf("\n%s, threads=%d\n", be->name().c_str(), threads);
+      std::printf("  %-12s %-5s %13s %10s %8s %13s %16s\n", "shape", "type", "rows x cols", "matvec us", "GB/s",
+                  "hot GB/s", "128-tok GFLOP/s");
+      for (const Shape& s : shapes) {
+        WeightSet ws(s, kModelBytes);
+        std::vector<float> x(128 * s.cols), y(128 * s.rows);
+        std::mt19937 rng(2);
+        std::uniform_real_distribution<float> dist(-1, 1);
+        for (auto& v : x) v = dist(rng);
+        size_t next = 0;
+        const double mv = time_per_call([&] {
+          be->matmul(ws.views[next], x.data(), 1, y.data());
+          next = (next + 1) % ws.views.size();
+        });
+        // The same matrix again and again: from cache where it fits, so compute-bound.
+        const double hot = time_per_call([&] { be->matmul(ws.views[0], x.data(), 1, y.data()); });
+        const double saved = g_seconds;
+        if (isa == CpuIsa::Scalar) g_seconds = 0;  // the slow scalar path: a few calls are enough
+        const double mm = time_per_call([&] { be->matmul(ws.views[0], x.data(), 128, y.data()); });
+        g_seconds = saved;
+        const double gb = static_cast<double>(ws.matrix_bytes) / 1e9;
+        std::printf("  %-12s %-5s %6lld x %-5lld %10.1f %8.1f %13.1f %16.1f\n", s.what, traits(s.type).name.data(),
+                    static_cast<long long>(s.rows), static_cast<long long>(s.cols), mv * 1e6, gb / mv, gb / hot,
+                    2.0 * s.rows * s.cols * 128 / mm / 1e9);
+      }
+    }
+  }
+
+  // Attention of the default model (9 heads, 3 kv heads, head_dim 64, f16 cache):
+  // one decode token at a long context, and a 128-token prefill chunk.
+  for (int threads : thread_counts) {
+    auto be = make_cpu_backend(threads, CpuIsa::Auto);
+    const int n_heads = 9, n_kv = 3, hd = 64, bs = 16, ctx = 4096;
+    const int n_blocks = ctx / bs;
+    std::vector<uint16_t> k(size_t(n_blocks) * bs * n_kv * hd, 0x3c00), v(k.size(), 0x3800);
+    std::vector<int32_t> table(n_blocks);
+    for (int b = 0; b < n_blocks; ++b) table[b] = (b * 7) % n_blocks;  // scattered blocks
+    const KvLayerView kv{DType::F16, k.data(), v.data(), bs, n_kv, hd};
+    std::vector<float> q(128 * n_heads * hd, 0.01f), out(q.size());
+    const AttnToken decode{table.data(), ctx - 1};
+    const double t_dec = time_per_call([&] { be->attention(kv, &decode, 1, q.data(), n_heads, 0.125f, out.data()); });
+    std::vector<AttnToken> chunk(128);
+    for (int t = 0; t < 128; ++t) chunk[t] = AttnToken{table.data(), 1024 + t};
+    const double t_pre = time_per_call([&] { be->attention(kv, chunk.data(), 128, q.data(), n_heads, 0.125f, out.data()); });
+    const double kv_bytes = 2.0 * ctx * n_kv * hd * 2;
+    std::printf("\nattention %s threads=%d: decode at context %d %.1f us (%.1f GB/s of K+V), "
+                "128-token prefill at context ~1100 %.2f ms\n",
+                be->name().c_str(), threads, ctx, t_dec * 1e6, kv_bytes / t_dec / 1e9, t_pre * 1e3);
+  }
+
+  // Launch overheads, timed over batches of calls (wall time).
+  g_cpu_time = false;
+  constexpr int kBatch = 1000;
+  ThreadPool pool(2);
+  const double dispatch = time_per_call([&] {
+    for (int i = 0; i < kBatch; ++i) pool.parallel_for(2, [](int64_t, int) {});
+  }) / kBatch;
+  ShapeRegistry reg;
+  const LaunchKey key{"matmul.q4_1", "n,k,t", {576, 576, 1}};
+  const double touch = time_per_call([&] {
+    for (int i = 0; i < kBatch; ++i) LaunchScope s(key, reg);
+  }) / kBatch;
+  std::printf("\nthread pool dispatch (2 threads, 2 empty tasks): %.2f us\nshape key touch (seen key): %.1f ns\n",
+              dispatch * 1e6, touch * 1e9);
+  return 0;
+}

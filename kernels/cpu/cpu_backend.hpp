@@ -1,0 +1,16 @@
+// Choosing the CPU backend's instruction set explicitly (tests, benchmarks);
+// make_cpu_backend(threads) picks the best one the CPU supports.
+#pragma once
+#include <memory>
+
+#include "kernels/backend.hpp"
+
+namespace inferd::kernels {
+
+enum class CpuIsa { Auto, Scalar, Avx2 };
+
+bool cpu_isa_available(CpuIsa isa);
+// Throws std::invalid_argument when `isa` is not available on this CPU or build.
+std::unique_ptr<Backend> make_cpu_backend(int threads, CpuIsa isa);
+
+}  // namespace inferd::kernels

@@ -1,0 +1,73 @@
+// The inner loops of the CPU backend behind a table of function pointers, one
+// table per instruction set (scalar, AVX2), chosen once at run time. The backend
+// (cpu_backend.cpp) owns threading and shape keys; a table function works on the
+// slice of the problem it is given.
+#pragma once
+#include <cstdint>
+
+#include "kernels/backend.hpp"
+
+namespace inferd::kernels::cpu {
+
+// The activations of a matmul against quantized weights, quantized to int8 in
+// blocks of 32 for the integer dot products, like the reference (its Q8_0 / Q8_1
+// activation blocks). The blocks of four consecutive tokens at one block index
+// sit side by side, so a kernel reads their scales as one 4-wide vector.
+// Token t's block b is slot t % 4 of tile [(t / 4) * blocks_per_row + b].
+//
+// A block's value is d * q. `c` is the weight type's correction, added as
+// k_w * c once per block (k_w = the weight block's m for Q4_1, its d for Q4_0):
+// for Q4_1 c = s = d * sum(q) rounded to f16 (Q8_1's s); for Q4_0, whose
+// nibbles are used unsigned, c = -8 * d * sum(q) undoes their offset of 8.
+inline constexpr int kActTileTokens = 4;
+struct ActTile {
+  float d[kActTileTokens];  // f16-rounded scales, as the reference stores them
+  float c[kActTileTokens];
+  int8_t q[kActTileTokens][32];
+};
+
+// Partial softmax state of the queries of an attention task over a slice of
+// positions, merged across slices by the backend.
+struct AttnPartial {
+  float* acc;  // [nq][head_dim]: sum of exp(s - m) * v
+  float* m;    // [nq]: running max score (-inf while nothing was seen)
+  float* l;    // [nq]: sum of exp(s - m)
+};
+
+struct KernelTable {
+  const char* isa;  // "scalar", "avx2"
+
+  // Quantizes one token's n activations (n % 32 == 0) for a matmul against
+  // `weight` blocks into slot `slot` of tiles[0 .. n / 32).
+  void (*quantize_act)(DType weight, const float* x, int64_t n, ActTile* tiles, int slot);
+  // y[t * ldy + r] = row r of w . token t, for r in [r0, r1), t < n_tokens.
+  // Quantized weights read the activation tiles xq; float weights read x.
+  void (*matmul_quant)(const WeightView& w, const ActTile* xq, int64_t n_tokens, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+  void (*matmul_float)(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                       int64_t r1);
+
+  void (*rmsnorm_row)(const float* x, const float* weight, float* y, int64_t n, float eps);
+  void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
+  void (*add)(float* y, const float* x, int64_t n);
+
+  // Attention of nq query vectors (q: [nq][head_dim], already rounded to the
+  // cache's precision) that read kv head `kv_head` through one block table:
+  // query i sees positions [p0, min(p1, end[i])). Fills `out` with the
+  // unnormalized partial state. Queries that share K/V rows (the heads of a kv
+  // group, the tokens of one sequence) are passed together so each row is read
+  // once for all of them.
+  void (*attend)(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
+                 const int32_t* end, int nq, int kv_head, float scale, const AttnPartial& out);
+};
+
+// The portable table: the fallback and the reference the SIMD tables are tested against.
+extern const KernelTable kScalarKernels;
+#if INFERD_HAVE_AVX2_KERNELS
+// Compiled with -mavx2 -mfma -mf16c: only for CPUs where avx2_kernels() is non-null.
+extern const KernelTable kAvx2Kernels;
+#endif
+// nullptr when not compiled in or the CPU lacks AVX2, FMA or F16C.
+const KernelTable* avx2_kernels();
+
+}  // namespace inferd::kernels::cpu

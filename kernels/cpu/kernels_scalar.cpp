@@ -1,0 +1,185 @@
+// Portable C++ kernels: the fallback on any CPU and the reference for the SIMD
+// tables. They compute the same quantities in the same formulation (same
+// activation quantization bits, same per-block integer dot products and scale
+// products), only the float summation order differs.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/kernel_table.hpp"
+#include "kernels/half.hpp"
+#include "kernels/quant_blocks.hpp"
+
+namespace inferd::kernels::cpu {
+namespace {
+
+void quantize_act(DType weight, const float* x, int64_t n, ActTile* tiles, int slot) {
+  for (int64_t b = 0; b < n / kQuantBlock; ++b, x += kQuantBlock) {
+    float amax = 0;
+    for (int j = 0; j < kQuantBlock; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
+    ActTile& a = tiles[b];
+    int sum = 0;
+    for (int j = 0; j < kQuantBlock; ++j) sum += a.q[slot][j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+    a.d[slot] = fp16_to_fp32(fp32_to_fp16(d));
+    if (weight == DType::Q4_1)
+      a.c[slot] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum)));
+    else if (weight == DType::Q4_0)
+      a.c[slot] = -8.0f * a.d[slot] * static_cast<float>(sum);
+    else
+      a.c[slot] = 0;
+  }
+}
+
+// Integer dot of 32 unsigned nibbles (layout of Q4_0 / Q4_1) with 32 int8.
+int dot_nibbles(const uint8_t* qs, const int8_t* a) {
+  int s = 0;
+  for (int j = 0; j < 16; ++j) s += (qs[j] & 0x0f) * a[j] + (qs[j] >> 4) * a[j + 16];
+  return s;
+}
+
+// Row . token: the blocks' scaled integer dots, plus the correction terms summed apart.
+template <class Block>
+float dot_row(const Block* w, const ActTile* x, int slot, int64_t nb) {
+  float sum = 0, corr = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const ActTile& a = x[b];
+    const float d = fp16_to_fp32(w[b].d);
+    int idot;
+    if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+      idot = 0;
+      for (int j = 0; j < kQuantBlock; ++j) idot += w[b].qs[j] * a.q[slot][j];
+    } else {
+      idot = dot_nibbles(w[b].qs, a.q[slot]);
+      if constexpr (std::is_same_v<Block, BlockQ4_1>)
+        corr += fp16_to_fp32(w[b].m) * a.c[slot];
+      else
+        corr += d * a.c[slot];
+    }
+    sum += static_cast<float>(idot) * (d * a.d[slot]);
+  }
+  return sum + corr;
+}
+
+template <class Block>
+void matmul_quant_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1) {
+  const int64_t nb = w.cols / kQuantBlock;
+  for (int64_t r = r0; r < r1; ++r) {
+    const auto* row = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) + r * w.row_stride);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      y[t * ldy + r] = dot_row(row, xq + (t / kActTileTokens) * nb, static_cast<int>(t % kActTileTokens), nb);
+  }
+}
+
+void matmul_quant(const WeightView& w, const ActTile* xq, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                  int64_t r1) {
+  switch (w.type) {
+    case DType::Q4_0: return matmul_quant_typed<BlockQ4_0>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q4_1: return matmul_quant_typed<BlockQ4_1>(w, xq, n_tokens, y, ldy, r0, r1);
+    default: return matmul_quant_typed<BlockQ8_0>(w, xq, n_tokens, y, ldy, r0, r1);
+  }
+}
+
+template <class Load>
+void matmul_rows(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                 int64_t r1, Load load) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const auto* row = reinterpret_cast<const uint8_t*>(w.data) + r * w.row_stride;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const float* xt = x + t * w.cols;
+      float sum = 0;
+      for (int64_t c = 0; c < w.cols; ++c) sum += load(row, c) * xt[c];
+      y[t * ldy + r] = sum;
+    }
+  }
+}
+
+void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                  int64_t r1) {
+  switch (w.type) {
+    case DType::F16:
+      return matmul_rows(w, x, n_tokens, y, ldy, r0, r1, [](const uint8_t* row, int64_t c) {
+        return fp16_to_fp32(reinterpret_cast<const uint16_t*>(row)[c]);
+      });
+    case DType::BF16:
+      return matmul_rows(w, x, n_tokens, y, ldy, r0, r1, [](const uint8_t* row, int64_t c) {
+        return bf16_to_fp32(reinterpret_cast<const uint16_t*>(row)[c]);
+      });
+    default:
+      return matmul_rows(w, x, n_tokens, y, ldy, r0, r1,
+                         [](const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; });
+  }
+}
+
+// Like the reference: squares in float, summed in double.
+void rmsnorm_row(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * weight[i];
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+inline float kv_value(const float* p, int i) { return p[i]; }
+inline float kv_value(const uint16_t* p, int i) { return fp16_to_fp32(p[i]); }
+
+template <class T>
+void attend_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
+                  const int32_t* end, int nq, int kv_head, float scale, const AttnPartial& out) {
+  const int hd = kv.head_dim;
+  const int64_t slot_elems = int64_t(kv.n_kv_heads) * hd;
+  auto at = [&](const void* base, int32_t pos) {
+    const int64_t slot = int64_t(block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
+    return static_cast<const T*>(base) + slot * slot_elems + int64_t(kv_head) * hd;
+  };
+  for (int g = 0; g < nq; ++g) {
+    const float* qg = q + int64_t(g) * hd;
+    float* acc = out.acc + int64_t(g) * hd;
+    float m = -INFINITY, l = 0;
+    std::fill(acc, acc + hd, 0.0f);
+    for (int32_t p = p0; p < std::min(p1, end[g]); ++p) {
+      const T* k = at(kv.k, p);
+      float s = 0;
+      for (int i = 0; i < hd; ++i) s += qg[i] * kv_value(k, i);
+      s *= scale;
+      if (s > m) {  // a new maximum: rescale what was summed so far
+        const float alpha = std::exp(m - s);
+        for (int i = 0; i < hd; ++i) acc[i] *= alpha;
+        l *= alpha;
+        m = s;
+      }
+      const float e = std::exp(s - m);
+      const T* v = at(kv.v, p);
+      for (int i = 0; i < hd; ++i) acc[i] += e * kv_value(v, i);
+      l += e;
+    }
+    out.m[g] = m;
+    out.l[g] = l;
+  }
+}
+
+void attend(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
+            const int32_t* end, int nq, int kv_head, float scale, const AttnPartial& out) {
+  if (kv.type == DType::F16)
+    attend_typed<uint16_t>(kv, block_table, p0, p1, q, end, nq, kv_head, scale, out);
+  else
+    attend_typed<float>(kv, block_table, p0, p1, q, end, nq, kv_head, scale, out);
+}
+
+}  // namespace
+
+const KernelTable kScalarKernels{
+    "scalar", quantize_act, matmul_quant, matmul_float, rmsnorm_row, silu_mul, add, attend,
+};
+
+}  // namespace inferd::kernels::cpu

@@ -1,0 +1,163 @@
+"""The daemon's start-up, shutdown and configuration errors, seen from outside."""
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import INFERD, free_port
+
+
+def run_inferd(args, env=None, timeout=30):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([str(INFERD)] + list(args), capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def write_config(text):
+    f = tempfile.NamedTemporaryFile("w", prefix="inferd-", suffix=".toml", delete=False)
+    f.write(text)
+    f.close()
+    return f.name
+
+
+def test_help_and_version():
+    r = run_inferd(["--help"])
+    assert r.returncode == 0
+    assert "--max-num-batched-tokens" in r.stdout and "--config FILE" in r.stdout
+    r = run_inferd(["--version"])
+    assert r.returncode == 0
+    assert r.stdout.startswith("inferd ")
+
+
+def test_config_error_exits_2_with_one_line():
+    path = write_config("[server]\nport = 8000\n[engine]\nmax_num_seqs = 0\n")
+    try:
+        r = run_inferd(["--config", path])
+    finally:
+        os.unlink(path)
+    assert r.returncode == 2
+    assert r.stderr == f"inferd: {path}:4: [engine] max_num_seqs: must be between 1 and 4096, got 0\n"
+
+
+def test_bad_flag_exits_2_naming_it():
+    r = run_inferd(["--max-num-seqs", "many"])
+    assert r.returncode == 2
+    assert r.stderr == "inferd: --max-num-seqs: expected an integer, got 'many'\n"
+    r = run_inferd(["--no-such-flag"])
+    assert r.returncode == 2
+    assert r.stderr == "inferd: --no-such-flag: unknown flag (see --help)\n"
+
+
+def test_missing_model_fails_naming_the_path(tmp_path):
+    missing = tmp_path / "nowhere" / "model.gguf"
+    port = free_port()
+    r = run_inferd(["--host", "127.0.0.1", "--port", str(port), "--model", str(missing)])
+    assert r.returncode == 1
+    assert f"cannot open model file {missing}: No such file or directory" in r.stderr
+    assert "Loading -> Failed" in r.stderr
+
+
+def test_sigterm_drains_and_exits_0(start_daemon):
+    d = start_daemon([])
+    assert d.get("/health/live").status_code == 200
+    d.signal(signal.SIGTERM)
+    assert d.wait(timeout=15) == 0
+    out = d.output()
+    assert "Serving -> Draining: SIGTERM" in out
+    assert "Draining -> Stopped: drained" in out
+
+
+def test_sigint_stops_too(start_daemon):
+    d = start_daemon([])
+    d.signal(signal.SIGINT)
+    assert d.wait(timeout=15) == 0
+    assert "Serving -> Draining: SIGINT" in d.output()
+
+
+def test_drain_waits_for_a_request_in_flight(start_daemon):
+    """A generation running when SIGTERM arrives finishes before the process exits."""
+    cfg = write_config("[server]\ndrain_timeout_s = 60\n")
+    try:
+        d = start_daemon(["--config", cfg])
+        model = d.get("/v1/models").json()["data"][0]["id"]
+        probe = d.post("/v1/completions", json={"model": model, "prompt": "Hi", "max_tokens": 1})
+        if probe.status_code in (404, 503):
+            pytest.skip(f"no generation to keep a request in flight ({probe.status_code})")
+        result = {}
+
+        def generate():
+            result["r"] = d.post("/v1/completions", json={"model": model, "prompt": "Once upon a time",
+                                                          "max_tokens": 200, "ignore_eos": True}, timeout=120)
+
+        t = threading.Thread(target=generate)
+        t.start()
+        time.sleep(0.3)
+        d.signal(signal.SIGTERM)
+        t.join(timeout=120)
+        assert d.wait(timeout=60) == 0
+        assert result["r"].status_code == 200
+        assert result["r"].json()["usage"]["completion_tokens"] == 200
+        assert "Draining -> Stopped: drained" in d.output()
+    finally:
+        os.unlink(cfg)
+
+
+def test_second_start_on_a_busy_port_fails_clearly(start_daemon):
+    first = start_daemon([])
+    r = run_inferd(["--host", "127.0.0.1", "--port", str(first.port)])
+    assert r.returncode == 1
+    assert f"127.0.0.1:{first.port}" in r.stderr and "Address already in use" in r.stderr
+    assert "Starting -> Failed" in r.stderr
+    assert first.get("/health/live").status_code == 200
+
+
+def test_sighup_reloads_the_log_level_only(start_daemon, tmp_path):
+    cfg = tmp_path / "inferd.toml"
+    cfg.write_text('[log]\nlevel = "info"\n')
+    d = start_daemon(["--config", str(cfg)])
+    cfg.write_text('[log]\nlevel = "debug"\n[engine]\nmax_num_seqs = 3\n')
+    d.signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "SIGHUP: log level debug" not in d.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out = d.output()
+    assert "SIGHUP: log level debug" in out
+    assert "only [log] level reloads" in out
+    cfg.write_text("[log]\nlevel = 3\n")
+    d.signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "keeping the running configuration" not in d.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"{cfg}:2: [log] level: expected a string, got an integer" in d.output()
+    assert d.get("/health/live").status_code == 200
+
+
+def test_fault_points_from_env_and_admin_route(start_daemon):
+    d = start_daemon([], env={"INFERD_FAULTS": "test.one=5,test.two"})
+    assert d.get("/admin/fault").json() == {"armed": {"test.one": "5", "test.two": ""}}
+    r = d.post("/admin/fault", json={"name": "test.three", "value": 7})
+    assert r.status_code == 200
+    assert r.json() == {"name": "test.three", "armed": True, "value": "7"}
+    assert d.post("/admin/fault", json={"name": "test.one", "armed": False}).status_code == 200
+    assert d.get("/admin/fault").json() == {"armed": {"test.three": "7", "test.two": ""}}
+    bad = d.post("/admin/fault", json={"value": 1})
+    assert bad.status_code == 400
+    assert "name" in bad.json()["error"]["message"]
+    assert d.post("/admin/fault", json={"name": "x", "armed": "no"}).status_code == 400
+
+
+def test_admin_route_needs_the_api_key_when_one_is_set(start_daemon):
+    d = start_daemon(["--api-key", "sekrit"])
+    assert d.post("/admin/fault", json={"name": "test.x"}).status_code == 401
+    r = d.post("/admin/fault", json={"name": "test.x"}, headers={"Authorization": "Bearer sekrit"})
+    assert r.status_code == 200
+
+
+def test_bad_fault_spec_exits_2():
+    r = run_inferd(["--port", str(free_port())], env={"INFERD_FAULTS": "=1"})
+    assert r.returncode == 2
+    assert r.stderr == "inferd: INFERD_FAULTS: fault item '=1' has no name\n"

@@ -1,0 +1,226 @@
+"""systemd integration: the sd_notify conversation over a real AF_UNIX datagram
+socket this test owns, journald detection, and the unit files."""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+import requests
+
+from conftest import INFERD, SRC, free_port
+
+WATCHDOG_USEC = 500_000
+
+
+class NotifySocket:
+    """A NOTIFY_SOCKET that records every datagram with its arrival time."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="inferd-notify-")
+        self.path = os.path.join(self.dir, "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.1)
+        self.messages = []  # (monotonic time, line)
+        self.lock = threading.Lock()
+        self.done = False
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        while not self.done:
+            try:
+                data = self.sock.recv(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            now = time.monotonic()
+            with self.lock:
+                self.messages.extend((now, line) for line in data.decode().splitlines() if line)
+
+    def lines(self):
+        with self.lock:
+            return [m for _, m in self.messages]
+
+    def since(self, t):
+        with self.lock:
+            return [m for ts, m in self.messages if ts >= t]
+
+    def wait_for(self, line, timeout=30, since=0.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if line in self.since(since):
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"no {line!r} on the notify socket; got {self.lines()}")
+
+    def close(self):
+        self.done = True
+        self.thread.join()
+        self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def notify_socket():
+    s = NotifySocket()
+    yield s
+    s.close()
+
+
+def start(args, env, log, wrapper_pid_env=False):
+    """Starts inferd on a free port; with wrapper_pid_env, WATCHDOG_PID is set to
+    inferd's own pid by a shell that then execs it (so the pid stays the same)."""
+    port = free_port()
+    full_env = dict(os.environ)
+    full_env.update(env)
+    cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(port)] + list(args)
+    if wrapper_pid_env:
+        cmd = ["/bin/sh", "-c", 'WATCHDOG_PID=$$ exec "$@"', "sh"] + cmd
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def collapse(lines):
+    """Runs of identical lines become one, so periodic messages compare as one."""
+    out = []
+    for line in lines:
+        if not out or out[-1] != line:
+            out.append(line)
+    return out
+
+
+def test_notify_sequence_and_watchdog_follow_the_heartbeat(notify_socket, tmp_path):
+    log = open(tmp_path / "inferd.log", "w+")
+    env = {"NOTIFY_SOCKET": notify_socket.path, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
+    proc, url = start([], env, log, wrapper_pid_env=True)
+    try:
+        notify_socket.wait_for("READY=1", timeout=120)
+        notify_socket.wait_for("WATCHDOG=1", timeout=5)
+        # Pings come at half the watchdog interval.
+        t0 = time.monotonic()
+        time.sleep(1.0)
+        assert 2 <= notify_socket.since(t0).count("WATCHDOG=1") <= 6
+
+        # A stalled step heartbeat stops the pings...
+        r = requests.post(url + "/admin/fault", json={"name": "heartbeat.stall"}, timeout=5)
+        assert r.status_code == 200
+        armed = time.monotonic()
+        time.sleep(1.5)
+        assert "WATCHDOG=1" not in notify_socket.since(armed + 0.4)
+        # ...and they resume once it is healthy again.
+        r = requests.post(url + "/admin/fault", json={"name": "heartbeat.stall", "armed": False}, timeout=5)
+        assert r.status_code == 200
+        notify_socket.wait_for("WATCHDOG=1", timeout=2, since=time.monotonic())
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+
+    seq = collapse(notify_socket.lines())
+    # Phases inside Loading and Warming (STATUS=Warming: <phase>) and repeated
+    # extensions may come between the fixed points; everything else is exact.
+    fixed = [m for m in seq if not re.fullmatch(r"STATUS=(Loading|Warming): .*", m)]
+    extend = [m for m in fixed if m.startswith("EXTEND_TIMEOUT_USEC=")]
+    assert extend and all(int(m.split("=")[1]) >= 10_000_000 for m in extend)
+    fixed = collapse(["EXTEND_TIMEOUT_USEC" if m.startswith("EXTEND_TIMEOUT_USEC=") else m for m in fixed])
+    assert fixed == [
+        "STATUS=Starting",
+        "STATUS=Loading", "EXTEND_TIMEOUT_USEC",
+        "STATUS=Warming", "EXTEND_TIMEOUT_USEC",
+        "STATUS=Serving", "READY=1",
+        "WATCHDOG=1",
+        "STATUS=Draining", "STOPPING=1",
+        "STATUS=Stopped",
+    ], log.read()
+
+
+def test_watchdog_pid_of_another_process_means_no_pings(notify_socket, tmp_path):
+    log = open(tmp_path / "inferd.log", "w+")
+    env = {"NOTIFY_SOCKET": notify_socket.path, "WATCHDOG_USEC": str(WATCHDOG_USEC), "WATCHDOG_PID": "1"}
+    proc, _ = start([], env, log)
+    try:
+        notify_socket.wait_for("READY=1", timeout=120)
+        time.sleep(0.8)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+    lines = notify_socket.lines()
+    assert "WATCHDOG=1" not in lines
+    assert lines[-2:] == ["STOPPING=1", "STATUS=Stopped"]
+
+
+def test_failed_start_reports_status(notify_socket, tmp_path):
+    log = open(tmp_path / "inferd.log", "w+")
+    missing = tmp_path / "missing.gguf"
+    proc, _ = start(["--model", str(missing)], {"NOTIFY_SOCKET": notify_socket.path}, log)
+    assert proc.wait(timeout=30) == 1
+    time.sleep(0.1)
+    lines = notify_socket.lines()
+    assert "READY=1" not in lines
+    assert lines[-1] == f"STATUS=Failed: cannot open model file {missing}: No such file or directory"
+
+
+def test_headless_worker_notifies_without_http(notify_socket, tmp_path):
+    log = open(tmp_path / "inferd.log", "w+")
+    proc, url = start(["--headless", "--nnodes", "2", "--node-rank", "1"], {"NOTIFY_SOCKET": notify_socket.path}, log)
+    try:
+        notify_socket.wait_for("READY=1", timeout=120)
+        with pytest.raises(requests.ConnectionError):
+            requests.get(url + "/health/live", timeout=2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+
+
+def test_logs_go_to_the_journal_when_stderr_is_the_journal_stream(tmp_path):
+    """With JOURNAL_STREAM naming its stderr, inferd sends records to journald
+    (structured); when journald is unreachable they fall back to stderr with the
+    "<priority>" prefix journald's stream reader understands. JOURNAL_STREAM
+    naming another file keeps the plain stderr format."""
+    def run(journal_stream):
+        log_path = tmp_path / f"{journal_stream}.log"
+        with open(log_path, "w") as log:
+            st = os.fstat(log.fileno())
+            stream = f"{st.st_dev}:{st.st_ino}" if journal_stream == "match" else f"{st.st_dev}:{st.st_ino + 1}"
+            proc, url = start(["--model", str(tmp_path / "none.gguf")], {"JOURNAL_STREAM": stream}, log)
+            assert proc.wait(timeout=30) == 1
+        return log_path.read_text()
+
+    plain = run("other")
+    assert re.search(r"^\[[-0-9 :.]+\] \[error\] lifecycle: Loading -> Failed: cannot open model file", plain, re.M)
+    journal = run("match")
+    assert not re.search(r"^\[[-0-9 :.]+\] \[", journal, re.M)
+    if journal:  # no journald here: the fallback keeps the priority
+        assert re.search(r"^<3>lifecycle: Loading -> Failed: cannot open model file", journal, re.M)
+        assert re.search(r"^<6>", journal, re.M)
+
+
+@pytest.mark.parametrize("unit", ["inferd.service", "inferd-worker.service"])
+def test_unit_files_pass_systemd_analyze_verify(unit, tmp_path):
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed")
+    # verify checks that ExecStart's binary exists: point it at the one just built.
+    text = (SRC / "systemd" / unit).read_text()
+    assert "ExecStart=/usr/local/bin/inferd " in text
+    (tmp_path / unit).write_text(text.replace("/usr/local/bin/inferd", str(INFERD.resolve())))
+    r = subprocess.run([tool, "verify", str(tmp_path / unit)], capture_output=True, text=True, timeout=60)
+    complaints = [l for l in (r.stdout + r.stderr).splitlines() if unit in l]
+    assert r.returncode == 0 and not complaints, r.stdout + r.stderr

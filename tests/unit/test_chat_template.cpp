@@ -1,0 +1,124 @@
+// Chat templates: exact renderings of the families' Jinja templates (checked
+// against Jinja2 rendering the default model's own template).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include "engine/chat_template.hpp"
+#include "engine/gguf_reader.hpp"
+#include "engine/tokenizer.hpp"
+#include "tests/unit/test_paths.hpp"
+
+using namespace inferd::engine;
+using Messages = std::vector<ChatMessage>;
+
+namespace {
+
+const std::string kSmolSystem =
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n";
+
+struct Smol {
+  std::unique_ptr<Tokenizer> tokenizer;
+  ChatTemplate chat{ChatTemplate::Family::Plain};
+};
+
+const Smol& smollm() {
+  static const Smol s = [] {
+    const std::string path = test_paths::default_model();
+    if (!std::filesystem::exists(path)) FAIL("default model missing at " << path << " (run tools/bootstrap.sh)");
+    auto file = GgufFile::open(path);
+    Smol out;
+    out.tokenizer = Tokenizer::from_gguf(*file);
+    out.chat = ChatTemplate::from_gguf(*file, *out.tokenizer);
+    return out;
+  }();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the default model's template is ChatML with SmolLM's system message") {
+  const ChatTemplate& chat = smollm().chat;
+  CHECK(chat.family() == ChatTemplate::Family::ChatML);
+  CHECK(chat.default_system() == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+}
+
+TEST_CASE("ChatML without a system message gets the default one") {
+  const ChatTemplate& chat = smollm().chat;
+  CHECK(chat.apply(Messages{{"user", "Hi"}}, true) ==
+        kSmolSystem + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("ChatML with a system message keeps it instead") {
+  const ChatTemplate& chat = smollm().chat;
+  CHECK(chat.apply(Messages{{"system", "Be terse."}, {"user", "Hi"}}, true) ==
+        "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("ChatML multi-turn, tool messages and the generation prompt") {
+  const ChatTemplate& chat = smollm().chat;
+  CHECK(chat.apply(Messages{{"user", "What is 2+2?"}, {"assistant", "4"}, {"user", "And 3+3?"}}, false) ==
+        kSmolSystem +
+            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+            "<|im_start|>user\nAnd 3+3?<|im_end|>\n");
+  CHECK(chat.apply(Messages{{"user", "x"}, {"tool", "{\"r\": 1}"}}, true) ==
+        kSmolSystem + "<|im_start|>user\nx<|im_end|>\n<|im_start|>tool\n{\"r\": 1}<|im_end|>\n<|im_start|>assistant\n");
+  // No messages: the template's loop never runs, so no system message either.
+  CHECK(chat.apply(Messages{}, true) == "<|im_start|>assistant\n");
+  CHECK(chat.apply(Messages{}, false).empty());
+}
+
+TEST_CASE("a rendered prompt tokenizes to the model's control tokens") {
+  const Smol& s = smollm();
+  const auto ids = s.tokenizer->encode(s.chat.apply(Messages{{"user", "Hi"}}, true), false, true);
+  REQUIRE(ids.size() > 6);
+  CHECK(ids.front() == 1);  // <|im_start|>
+  CHECK(std::count(ids.begin(), ids.end(), 1) == 3);
+  CHECK(std::count(ids.begin(), ids.end(), 2) == 2);  // <|im_end|>
+}
+
+TEST_CASE("an unknown role is an error naming the message") {
+  const ChatTemplate& chat = smollm().chat;
+  CHECK_THROWS_WITH_AS(chat.apply(Messages{{"user", "a"}, {"robot", "b"}}, true),
+                       "messages[1]: role 'robot' is not one of system, user, assistant, tool", ChatTemplateError);
+  CHECK_THROWS_AS(chat.apply(Messages{{"", "a"}}, false), ChatTemplateError);
+  CHECK_THROWS_AS(chat.apply(Messages{{"User", "a"}}, false), ChatTemplateError);
+}
+
+TEST_CASE("Llama 3 templates render headers, trimmed content and BOS") {
+  const std::string tmpl =
+      "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+      "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+      "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+      "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+  const ChatTemplate chat = ChatTemplate::detect(tmpl, "<|begin_of_text|>");
+  CHECK(chat.family() == ChatTemplate::Family::Llama3);
+  CHECK(chat.apply(Messages{{"system", "  Be terse.\n"}, {"user", "Hi"}}, true) ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe terse.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST_CASE("a ChatML default system message is found among template expressions") {
+  // Qwen2.5 style: the tools branch opens the system turn with an expression;
+  // the literal default comes later.
+  const std::string tmpl =
+      "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
+      "{{- messages[0]['content'] }}{%- endif %}{%- else %}{%- if messages[0]['role'] == 'system' %}"
+      "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}"
+      "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud.<|im_end|>\\n' }}{%- endif %}{%- endif %}";
+  const ChatTemplate chat = ChatTemplate::detect(tmpl);
+  CHECK(chat.family() == ChatTemplate::Family::ChatML);
+  CHECK(chat.default_system() == "You are Qwen, created by Alibaba Cloud.");
+  // A plain ChatML template has none.
+  CHECK(ChatTemplate::detect("{{'<|im_start|>' + message['role'] + '\\n'}}").default_system().empty());
+}
+
+TEST_CASE("an unrecognised template falls back to plain role-prefixed text") {
+  const ChatTemplate chat = ChatTemplate::detect("{{ messages }}");
+  CHECK(chat.family() == ChatTemplate::Family::Plain);
+  CHECK(chat.apply(Messages{{"system", "S"}, {"user", "Hi"}}, true) == "system: S\nuser: Hi\nassistant:");
+  CHECK(to_string(chat.family()) == "plain");
+}

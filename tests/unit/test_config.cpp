@@ -1,0 +1,272 @@
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "test_paths.hpp"
+
+using namespace inferd::daemon;
+
+namespace {
+
+// A TOML file in a fresh temporary directory, removed at scope exit.
+struct TempFile {
+  std::filesystem::path path;
+  explicit TempFile(const std::string& text) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "inferd-config-XXXXXX").string();
+    path = std::filesystem::path(mkdtemp(tmpl.data())) / "x.toml";
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::filesystem::remove_all(path.parent_path()); }
+};
+
+CommandLine cmdline(std::vector<std::string_view> args) { return parse_command_line(args); }
+
+std::string config_error(std::string_view toml) {
+  try {
+    parse_config_toml(toml, "x.toml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string flag_error(std::vector<std::string_view> args) {
+  try {
+    load_config(parse_command_line(args));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    if (value) setenv(name.c_str(), value, 1);
+    else unsetenv(name.c_str());
+  }
+  ~ScopedEnv() {
+    if (old) setenv(name.c_str(), old->c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("config") {
+  TEST_CASE("config: the default model path follows INFERD_CACHE, then XDG_CACHE_HOME, then HOME") {
+    {
+      ScopedEnv cache("INFERD_CACHE", "/srv/cache");
+      CHECK(default_model_path() == "/srv/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+      CHECK(Config{}.model.path == "/srv/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    }
+    ScopedEnv cache("INFERD_CACHE", nullptr);
+    {
+      ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+      CHECK(default_model_path() == "/xdg/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    }
+    ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+    ScopedEnv home("HOME", "/home/u");
+    CHECK(default_model_path() == "/home/u/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  }
+
+  TEST_CASE("config: a good file sets every section") {
+    const Config c = parse_config_toml(R"(
+[server]
+host = "0.0.0.0"
+port = 9001
+api_key = "sk-test"
+served_model_name = "smol"
+max_body_bytes = 65536
+idle_timeout_s = 5
+request_timeout_s = 30
+io_threads = 4
+drain_timeout_s = 3
+[model]
+path = "/models/m.gguf"
+max_model_len = 4096
+[engine]
+threads = 2
+max_num_seqs = 8
+max_num_batched_tokens = 256
+block_size = 32
+enable_prefix_caching = false
+gpu_memory_utilization = 1
+tensor_parallel_size = 2
+[parallel]
+nnodes = 2
+node_rank = 1
+master_addr = "10.0.0.1"
+master_port = 29600
+headless = true
+[log]
+level = "debug"
+target = "journald"
+)", "good.toml");
+    CHECK(c.server.host == "0.0.0.0");
+    CHECK(c.server.port == 9001);
+    CHECK(c.server.api_key == "sk-test");
+    CHECK(c.server.served_model_name == "smol");
+    CHECK(c.server.max_body_bytes == 65536);
+    CHECK(c.server.idle_timeout_s == 5);
+    CHECK(c.server.request_timeout_s == 30);
+    CHECK(c.server.io_threads == 4);
+    CHECK(c.server.drain_timeout_s == 3);
+    CHECK(c.model.path == "/models/m.gguf");
+    CHECK(c.model.max_model_len == 4096);
+    CHECK(c.engine.threads == 2);
+    CHECK(c.engine.max_num_seqs == 8);
+    CHECK(c.engine.max_num_batched_tokens == 256);
+    CHECK(c.engine.block_size == 32);
+    CHECK_FALSE(c.engine.enable_prefix_caching);
+    CHECK(c.engine.gpu_memory_utilization == 1.0);
+    CHECK(c.engine.tensor_parallel_size == 2);
+    CHECK(c.parallel.nnodes == 2);
+    CHECK(c.parallel.node_rank == 1);
+    CHECK(c.parallel.master_addr == "10.0.0.1");
+    CHECK(c.parallel.master_port == 29600);
+    CHECK(c.parallel.headless);
+    CHECK(c.log.level == "debug");
+    CHECK(c.log.target == LogTarget::Journald);
+    CHECK(c.model_name() == "smol");
+  }
+
+  TEST_CASE("config: keys left out keep their defaults; an empty file is the defaults") {
+    CHECK(parse_config_toml("", "empty.toml") == Config{});
+    const Config c = parse_config_toml("[engine]\nmax_num_seqs = 3\n", "x.toml");
+    Config expected;
+    expected.engine.max_num_seqs = 3;
+    CHECK(c == expected);
+  }
+
+  TEST_CASE("config: model path: empty means the default, ~/ means HOME, and the name derives from it") {
+    ScopedEnv home("HOME", "/home/u");
+    CHECK(parse_config_toml("[model]\npath = \"\"\n", "x.toml").model.path == default_model_path());
+    const Config c = parse_config_toml("[model]\npath = \"~/m/tiny.gguf\"\n", "x.toml");
+    CHECK(c.model.path == "/home/u/m/tiny.gguf");
+    CHECK(c.model_name() == "tiny");
+  }
+
+  TEST_CASE("config: bad files name the file, line and key") {
+    CHECK(config_error("[engine]\nmax_num_seqs = 8\nmax_num_sequences = 8\n") ==
+          "x.toml:3: [engine] max_num_sequences: unknown key");
+    CHECK(config_error("\n[gpu]\nx = 1\n") == "x.toml:2: [gpu]: unknown section (known: server, model, engine, parallel, log)");
+    CHECK(config_error("port = 8000\n") ==
+          "x.toml:1: port: keys belong in a section ([server], [model], [engine], [parallel] or [log])");
+    CHECK(config_error("[server]\nport = \"8000\"\n") == "x.toml:2: [server] port: expected an integer, got a string");
+    CHECK(config_error("[engine]\nthreads = 1.5\n") ==
+          "x.toml:2: [engine] threads: expected an integer, got a floating-point number");
+    CHECK(config_error("[engine]\nenable_prefix_caching = 1\n") ==
+          "x.toml:2: [engine] enable_prefix_caching: expected a boolean, got an integer");
+    CHECK(config_error("[log]\nlevel = [\"info\"]\n") == "x.toml:2: [log] level: expected a string, got an array");
+    CHECK(config_error("\n\n\n\n\n[engine]\nmax_num_seqs = 0\n") ==
+          "x.toml:7: [engine] max_num_seqs: must be between 1 and 4096, got 0");
+    CHECK(config_error("[server]\nport = 70000\n") == "x.toml:2: [server] port: must be between 1 and 65535, got 70000");
+    CHECK(config_error("[engine]\nblock_size = 24\n") == "x.toml:2: [engine] block_size: must be a power of two, got 24");
+    CHECK(config_error("[engine]\ngpu_memory_utilization = 0.0\n") ==
+          "x.toml:2: [engine] gpu_memory_utilization: must be greater than 0 and at most 1, got 0");
+    CHECK(config_error("[log]\nlevel = \"loud\"\n") ==
+          "x.toml:2: [log] level: must be one of trace, debug, info, warn, error, critical, off, got 'loud'");
+    CHECK(config_error("[log]\ntarget = \"file\"\n") ==
+          "x.toml:2: [log] target: must be one of auto, stderr, journald, got 'file'");
+    CHECK(config_error("[server]\nhost = \"\"\n") == "x.toml:2: [server] host: must not be empty");
+    CHECK(config_error("[parallel]\nnnodes = 2\nnode_rank = 2\n") ==
+          "x.toml:3: [parallel] node_rank: node_rank must be less than nnodes (2), got 2");
+  }
+
+  TEST_CASE("config: TOML syntax errors name the file and line") {
+    const std::string e = config_error("[server]\nport = 80\nhost = \n");
+    CHECK(e.starts_with("x.toml:3: invalid TOML: "));
+    CHECK(config_error("[server]\nport = 1\nport = 2\n").starts_with("x.toml:3: invalid TOML: "));
+  }
+
+  TEST_CASE("config: flags in both spellings, booleans and their --no- forms") {
+    const Config c = load_config(cmdline({"--port", "9000", "--host=0.0.0.0", "--max-num-seqs=5", "--model", "/m.gguf",
+                                          "--no-enable-prefix-caching", "--headless", "--node-rank", "1", "--nnodes=2",
+                                          "--gpu-memory-utilization", "0.5", "--log-level", "warn", "--threads", "3",
+                                          "--served-model-name", "m", "--api-key=k", "--block-size", "64",
+                                          "--max-num-batched-tokens", "128", "--max-model-len", "1024",
+                                          "--tensor-parallel-size", "2", "--master-addr", "h", "--master-port", "1"}));
+    CHECK(c.server.port == 9000);
+    CHECK(c.server.host == "0.0.0.0");
+    CHECK(c.engine.max_num_seqs == 5);
+    CHECK(c.model.path == "/m.gguf");
+    CHECK_FALSE(c.engine.enable_prefix_caching);
+    CHECK(c.parallel.headless);
+    CHECK(c.parallel.node_rank == 1);
+    CHECK(c.parallel.nnodes == 2);
+    CHECK(c.engine.gpu_memory_utilization == 0.5);
+    CHECK(c.log.level == "warn");
+    CHECK(c.engine.threads == 3);
+    CHECK(c.server.served_model_name == "m");
+    CHECK(c.server.api_key == "k");
+    CHECK(c.engine.block_size == 64);
+    CHECK(c.engine.max_num_batched_tokens == 128);
+    CHECK(c.model.max_model_len == 1024);
+    CHECK(c.engine.tensor_parallel_size == 2);
+    CHECK(c.parallel.master_addr == "h");
+    CHECK(c.parallel.master_port == 1);
+    CHECK(load_config(cmdline({"--no-enable-prefix-caching", "--enable-prefix-caching"})).engine.enable_prefix_caching);
+    CHECK(cmdline({"--help"}).help);
+    CHECK(cmdline({"--version"}).version);
+  }
+
+  TEST_CASE("config: bad flags name the flag") {
+    CHECK(flag_error({"--prot", "8000"}) == "--prot: unknown flag (see --help)");
+    CHECK(flag_error({"--port"}) == "--port: missing value");
+    CHECK(flag_error({"--port", "--host", "h"}) == "--port: missing value");
+    CHECK(flag_error({"--port", "80x"}) == "--port: expected an integer, got '80x'");
+    CHECK(flag_error({"--port=0"}) == "--port: must be between 1 and 65535, got 0");
+    CHECK(flag_error({"--gpu-memory-utilization", "lots"}) == "--gpu-memory-utilization: expected a number, got 'lots'");
+    CHECK(flag_error({"--headless=yes"}) == "--headless: takes no value");
+    CHECK(flag_error({"--log-level", "chatty"}) ==
+          "--log-level: must be one of trace, debug, info, warn, error, critical, off, got 'chatty'");
+    CHECK(flag_error({"model.gguf"}) == "unexpected argument 'model.gguf' (flags start with --; see --help)");
+    CHECK(flag_error({"--node-rank", "3"}) == "--node-rank: node_rank must be less than nnodes (1), got 3");
+    CHECK(flag_error({"--config", "/nonexistent/inferd.toml"}) ==
+          "/nonexistent/inferd.toml: cannot read config file: No such file or directory");
+  }
+
+  TEST_CASE("config: flags override the file") {
+    TempFile f("[server]\nport = 8100\nhost = \"0.0.0.0\"\n[engine]\nmax_num_seqs = 7\n");
+    const std::string path = f.path.string();
+    const Config c = load_config(cmdline({"--config", path, "--port", "8200"}));
+    CHECK(c.server.port == 8200);
+    CHECK(c.server.host == "0.0.0.0");
+    CHECK(c.engine.max_num_seqs == 7);
+    // A flag after --config and one before it both win over the file.
+    CHECK(load_config(cmdline({"--max-num-seqs=9", "--config=" + path})).engine.max_num_seqs == 9);
+  }
+
+  TEST_CASE("config: errors in a file on disk name its path") {
+    TempFile f("[engine]\n\nmax_num_seqs = 5000\n");
+    const std::string path = f.path.string();
+    CHECK(flag_error({"--config", path}) == path + ":3: [engine] max_num_seqs: must be between 1 and 4096, got 5000");
+  }
+
+  TEST_CASE("config: the shipped etc/inferd.toml parses and equals the defaults") {
+    const std::string path = test_paths::source_dir() + "/etc/inferd.toml";
+    REQUIRE(std::filesystem::exists(path));
+    CHECK(load_config(cmdline({"--config", path})) == Config{});
+  }
+
+  TEST_CASE("config: --help lists every flag") {
+    const std::string u = usage();
+    for (const char* flag : {"--host", "--port", "--model", "--served-model-name", "--tensor-parallel-size",
+                             "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization",
+                             "--api-key", "--block-size", "--[no-]enable-prefix-caching", "--nnodes", "--node-rank",
+                             "--master-addr", "--master-port", "--[no-]headless", "--threads", "--log-level", "--config",
+                             "--help", "--version"})
+      CHECK_MESSAGE(u.find(flag) != std::string::npos, flag);
+  }
+}

@@ -1,0 +1,475 @@
+// The CPU kernels against straightforward float references, the SIMD table
+// against the scalar one, the thread pool and the shape-key registry.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/half.hpp"
+#include "kernels/quantize.hpp"
+#include "kernels/thread_pool.hpp"
+
+using namespace inferd::kernels;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// A weight matrix in `type` built from random floats, with its dequantized values.
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // [rows][cols] as the kernels see them
+  WeightView view;
+};
+
+TestWeight make_weight(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  TestWeight w;
+  const auto src = random_floats(rows * cols, seed);
+  const size_t rb = row_bytes(type, cols);
+  w.bytes.resize(rb * rows);
+  w.values.resize(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row(type, src.data() + r * cols, w.bytes.data() + r * rb, cols);
+    dequantize_row(type, w.bytes.data() + r * rb, w.values.data() + r * cols, cols);
+  }
+  w.view = WeightView{type, w.bytes.data(), rows, cols, rb};
+  return w;
+}
+
+std::vector<std::unique_ptr<Backend>> backends(int threads) {
+  std::vector<std::unique_ptr<Backend>> out;
+  out.push_back(make_cpu_backend(threads, CpuIsa::Scalar));
+  if (cpu_isa_available(CpuIsa::Avx2)) out.push_back(make_cpu_backend(threads, CpuIsa::Avx2));
+  return out;
+}
+
+std::unique_ptr<Backend> best_backend(int threads) { return make_cpu_backend(threads, CpuIsa::Auto); }
+
+}  // namespace
+
+TEST_CASE("dtype traits follow the GGUF block layouts") {
+  CHECK(traits(DType::Q4_0).block_bytes == 18);
+  CHECK(traits(DType::Q4_1).block_bytes == 20);
+  CHECK(traits(DType::Q8_0).block_bytes == 34);
+  CHECK(traits(DType::Q8_1).block_bytes == 36);
+  CHECK(traits(DType::BF16).block_bytes == 2);
+  CHECK(row_bytes(DType::Q4_1, 576) == 18 * 20);
+  CHECK(row_bytes(DType::F16, 7) == 14);
+  CHECK_THROWS(row_bytes(DType::Q8_0, 33));
+  CHECK(dtype_from_id(30) == DType::BF16);
+  CHECK(dtype_from_id(9) == DType::Q8_1);
+  CHECK(!dtype_from_id(4).has_value());
+}
+
+TEST_CASE("half conversions round to nearest even and round-trip") {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // nan payloads
+    CHECK_MESSAGE(fp32_to_fp16(fp16_to_fp32(static_cast<uint16_t>(h))) == h, "half ", h);
+  }
+  CHECK(fp16_to_fp32(0x3c00) == 1.0f);
+  CHECK(fp16_to_fp32(0x0001) == 0x1p-24f);
+  CHECK(fp32_to_fp16(1.0f + 0x1p-11f) == 0x3c00);      // tie -> even
+  CHECK(fp32_to_fp16(1.0f + 3 * 0x1p-11f) == 0x3c02);  // tie -> even (up)
+  CHECK(fp32_to_fp16(65520.0f) == 0x7c00);             // rounds to infinity
+  CHECK(fp32_to_fp16(65519.0f) == 0x7bff);
+  CHECK(fp32_to_fp16(0x1p-25f) == 0x0000);  // tie below the smallest subnormal -> 0
+  CHECK(fp32_to_fp16(0x1.8p-25f) == 0x0001);
+  CHECK(std::isnan(fp16_to_fp32(fp32_to_fp16(NAN))));
+  CHECK(bf16_to_fp32(fp32_to_bf16(1.5f)) == 1.5f);
+  CHECK(fp32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);  // tie -> even
+}
+
+TEST_CASE("quantize_row and dequantize_row agree within each format's step") {
+  const auto x = random_floats(256, 1);
+  for (DType t : {DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q8_1}) {
+    std::vector<uint8_t> q(row_bytes(t, 256));
+    std::vector<float> y(256);
+    quantize_row(t, x.data(), q.data(), 256);
+    dequantize_row(t, q.data(), y.data(), 256);
+    // Half a step for data in [-1, 1]: Q4_1 1/15, Q8 1/127; Q4_0 maps -amax to -8
+    // and so clips +amax to 7/8 of it (a full step).
+    const float tol = t == DType::Q4_0 ? 0.13f : t == DType::Q4_1 ? 0.07f : t == DType::BF16 ? 4e-3f : 6e-3f;
+    float worst = 0;
+    for (int i = 0; i < 256; ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
+    CHECK_MESSAGE(worst <= tol, traits(t).name, " worst ", worst);
+  }
+  // Nibble order: element j < 16 is the low nibble of byte j, j >= 16 the high one.
+  uint8_t blk[20] = {};
+  const uint16_t one = fp32_to_fp16(1.0f);
+  std::memcpy(blk, &one, 2);  // d = 1, m = 0
+  blk[4 + 3] = 0x52;          // element 3 = 2, element 19 = 5
+  float v[32];
+  dequantize_row(DType::Q4_1, blk, v, 32);
+  CHECK(v[3] == 2.0f);
+  CHECK(v[19] == 5.0f);
+  CHECK(v[4] == 0.0f);
+}
+
+TEST_CASE("matmul matches a float reference within the activation quantization error") {
+  // Activations are quantized to 8 bits per block of 32 (step amax/127, so each
+  // element errs by at most amax/254) and their scale is rounded to f16 (relative
+  // 2^-11): the bound below sums exactly those terms, plus float rounding.
+  for (auto& be : backends(2)) {
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
+      for (int64_t rows : {1, 5, 37}) {
+        const int64_t cols = 96;
+        const TestWeight w = make_weight(type, rows, cols, 7 + static_cast<uint32_t>(rows));
+        for (int64_t nt = 1; nt <= 9; ++nt) {
+          const auto x = random_floats(nt * cols, 100 + static_cast<uint32_t>(nt), -2.0f, 2.0f);
+          std::vector<float> y(nt * rows, NAN);
+          be->matmul(w.view, x.data(), nt, y.data());
+          const bool quant = type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0;
+          for (int64_t t = 0; t < nt; ++t) {
+            for (int64_t r = 0; r < rows; ++r) {
+              double ref = 0, bound = 1e-5;
+              for (int64_t b = 0; b < cols / 32; ++b) {
+                float amax = 0, wmax = 0;
+                for (int j = 0; j < 32; ++j) {
+                  amax = std::max(amax, std::fabs(x[t * cols + b * 32 + j]));
+                  wmax = std::max(wmax, std::fabs(w.values[r * cols + b * 32 + j]));
+                }
+                for (int j = 0; j < 32; ++j) {
+                  const double wv = w.values[r * cols + b * 32 + j], xv = x[t * cols + b * 32 + j];
+                  ref += wv * xv;
+                  bound += quant ? std::fabs(wv) * amax / 254.0 + 1e-3 * (std::fabs(wv) + wmax) * std::fabs(xv)
+                                 : 1e-6 * std::fabs(wv * xv);
+                }
+              }
+              const float got = y[t * rows + r];
+              CHECK_MESSAGE(std::fabs(got - ref) <= bound, be->name(), " ", traits(type).name, " rows ", rows,
+                            " t ", t, "/", nt, " r ", r, " got ", got, " ref ", ref, " bound ", bound);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the AVX2 kernels agree with the scalar ones") {
+  if (!cpu_isa_available(CpuIsa::Avx2)) {
+    MESSAGE("AVX2 kernels not available on this CPU: skipped");
+    return;
+  }
+  auto scalar = make_cpu_backend(1, CpuIsa::Scalar);
+  auto avx2 = make_cpu_backend(1, CpuIsa::Avx2);
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& scale,
+                  double rel) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!(std::fabs(a[i] - b[i]) <= rel * scale[i] + 1e-30)) return false;
+    return true;
+  };
+  SUBCASE("matmul, relative 1e-4 of sum |w x|") {
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
+      const int64_t rows = 67, cols = 576, nt = 9;
+      const TestWeight w = make_weight(type, rows, cols, 3);
+      const auto x = random_floats(nt * cols, 4, -3.0f, 3.0f);
+      std::vector<float> ys(nt * rows), yv(nt * rows), mag(nt * rows);
+      for (int64_t t = 0; t < nt; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            mag[t * rows + r] += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
+      for (int64_t n = 1; n <= nt; ++n) {
+        scalar->matmul(w.view, x.data(), n, ys.data());
+        avx2->matmul(w.view, x.data(), n, yv.data());
+        std::vector<float> a(ys.begin(), ys.begin() + n * rows), b(yv.begin(), yv.begin() + n * rows);
+        CHECK_MESSAGE(close(a, b, mag, 1e-4), traits(type).name, " n_tokens ", n);
+      }
+    }
+  }
+  SUBCASE("elementwise ops, relative 1e-5") {
+    const int64_t n = 1000;  // not a multiple of the vector width
+    const auto g = random_floats(n, 5, -20.0f, 20.0f), u = random_floats(n, 6);
+    std::vector<float> a(n), b(n), mag(n);
+    scalar->silu_mul(g.data(), u.data(), a.data(), n);
+    avx2->silu_mul(g.data(), u.data(), b.data(), n);
+    for (int64_t i = 0; i < n; ++i) mag[i] = std::fabs(a[i]) + 1e-30f;
+    CHECK(close(a, b, mag, 1e-5));
+    const auto w = random_floats(n, 7);
+    scalar->rmsnorm(g.data(), w.data(), a.data(), 1, n, 1e-5f);
+    avx2->rmsnorm(g.data(), w.data(), b.data(), 1, n, 1e-5f);
+    for (int64_t i = 0; i < n; ++i) mag[i] = std::fabs(a[i]);
+    CHECK(close(a, b, mag, 1e-5));
+    a = g, b = g;
+    scalar->add(a.data(), u.data(), n);
+    avx2->add(b.data(), u.data(), n);
+    CHECK(a == b);
+  }
+}
+
+TEST_CASE("matmul gives the same bits with 1 and 2 threads") {
+  for (DType type : {DType::Q4_1, DType::Q8_0, DType::F16}) {
+    const TestWeight w = make_weight(type, 301, 64, 9);
+    const auto x = random_floats(7 * 64, 10);
+    std::vector<float> y1(7 * 301), y2(7 * 301);
+    best_backend(1)->matmul(w.view, x.data(), 7, y1.data());
+    best_backend(2)->matmul(w.view, x.data(), 7, y2.data());
+    CHECK(y1 == y2);
+  }
+}
+
+TEST_CASE("get_rows dequantizes the selected rows") {
+  const TestWeight w = make_weight(DType::Q8_0, 10, 64, 11);
+  auto be = best_backend(1);
+  const int32_t ids[3] = {9, 0, 9};
+  std::vector<float> out(3 * 64);
+  be->get_rows(w.view, ids, 3, out.data());
+  for (int t = 0; t < 3; ++t)
+    for (int c = 0; c < 64; ++c) CHECK(out[t * 64 + c] == w.values[ids[t] * 64 + c]);
+  const int32_t bad = 10;
+  CHECK_THROWS_AS(be->get_rows(w.view, &bad, 1, out.data()), std::out_of_range);
+}
+
+TEST_CASE("rmsnorm, silu_mul and add match their definitions") {
+  for (auto& be : backends(2)) {
+    const int64_t rows = 3, n = 576;
+    const auto x = random_floats(rows * n, 12, -4.0f, 4.0f), w = random_floats(n, 13);
+    std::vector<float> y(rows * n);
+    be->rmsnorm(x.data(), w.data(), y.data(), rows, n, 1e-5f);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
+      const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+      for (int64_t i = 0; i < n; ++i)
+        CHECK(y[r * n + i] == doctest::Approx(x[r * n + i] * scale * w[i]).epsilon(1e-5));
+    }
+    std::vector<float> out(n);
+    be->silu_mul(x.data(), w.data(), out.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      CHECK(out[i] == doctest::Approx(x[i] / (1.0 + std::exp(-double(x[i]))) * w[i]).epsilon(1e-5));
+    std::vector<float> acc(x.begin(), x.begin() + n);
+    be->add(acc.data(), w.data(), n);
+    for (int64_t i = 0; i < n; ++i) CHECK(acc[i] == x[i] + w[i]);
+  }
+}
+
+TEST_CASE("rope rotates adjacent pairs (normal) or halves (neox) and leaves the rest") {
+  const int heads = 3, hd = 16, nt = 4;
+  const int32_t pos[nt] = {0, 1, 17, 100};
+  for (bool neox : {false, true}) {
+    RopeParams p;
+    p.n_rot = 12;  // fewer than head_dim: dims 12..15 must not move
+    p.freq_base = 10000.f;
+    p.freq_scale = 0.5f;
+    p.neox = neox;
+    const auto x = random_floats(nt * heads * hd, 14);
+    auto y = x;
+    best_backend(1)->rope(y.data(), pos, nt, heads, hd, p);
+    for (int t = 0; t < nt; ++t)
+      for (int h = 0; h < heads; ++h) {
+        const float* a = x.data() + (t * heads + h) * hd;
+        const float* b = y.data() + (t * heads + h) * hd;
+        for (int i = 0; i < p.n_rot / 2; ++i) {
+          const double theta = pos[t] * p.freq_scale * std::pow(double(p.freq_base), -2.0 * i / p.n_rot);
+          const int i0 = neox ? i : 2 * i, i1 = neox ? i + p.n_rot / 2 : 2 * i + 1;
+          const double r0 = a[i0] * std::cos(theta) - a[i1] * std::sin(theta);
+          const double r1 = a[i0] * std::sin(theta) + a[i1] * std::cos(theta);
+          CHECK_MESSAGE(std::fabs(b[i0] - r0) < 1e-4, "neox ", neox, " t ", t, " i ", i);
+          CHECK_MESSAGE(std::fabs(b[i1] - r1) < 1e-4, "neox ", neox, " t ", t, " i ", i);
+        }
+        for (int i = p.n_rot; i < hd; ++i) CHECK(b[i] == a[i]);
+      }
+  }
+}
+
+namespace {
+
+// A paged KV cache with shuffled blocks, filled through kv_store, next to the
+// dense values the kernels should read back.
+struct TestCache {
+  int block_size, n_kv, hd;
+  DType type;
+  std::vector<uint8_t> k, v;
+  std::vector<int32_t> table;
+  std::vector<float> dense_k, dense_v;  // [pos][kv_head][hd] as given to kv_store
+
+  TestCache(Backend& be, DType t, int bs, int kvh, int head_dim, int n_pos, uint32_t seed)
+      : block_size(bs), n_kv(kvh), hd(head_dim), type(t) {
+    const int n_blocks = (n_pos + bs - 1) / bs + 3;
+    const size_t elems = size_t(n_blocks) * bs * kvh * head_dim;
+    k.assign(elems * row_bytes(t, 1), 0);
+    v.assign(elems * row_bytes(t, 1), 0);
+    table.resize(n_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(seed));
+    dense_k = random_floats(size_t(n_pos) * kvh * head_dim, seed + 1);
+    dense_v = random_floats(size_t(n_pos) * kvh * head_dim, seed + 2);
+    std::vector<AttnToken> toks(n_pos);
+    for (int p = 0; p < n_pos; ++p) toks[p] = AttnToken{table.data(), p};
+    be.kv_store(view(), toks.data(), n_pos, dense_k.data(), dense_v.data());
+  }
+  KvLayerView view() { return KvLayerView{type, k.data(), v.data(), block_size, n_kv, hd}; }
+
+  // The value stored for (position, kv head, i) as seen through a block table.
+  double at(const std::vector<uint8_t>& mem, const int32_t* bt, int pos, int kvh, int i) const {
+    const size_t idx = ((size_t(bt[pos / block_size]) * block_size + pos % block_size) * n_kv + kvh) * hd + i;
+    if (type == DType::F16) return fp16_to_fp32(reinterpret_cast<const uint16_t*>(mem.data())[idx]);
+    return reinterpret_cast<const float*>(mem.data())[idx];
+  }
+
+  // Dense softmax attention in double for query head h of a token at `pos`
+  // reading through block table `bt`.
+  std::vector<double> reference(const float* q, int n_heads, int h, const int32_t* bt, int pos, float scale) const {
+    const int kvh = h / (n_heads / n_kv);
+    std::vector<double> s(pos + 1), out(hd, 0.0);
+    double mx = -INFINITY, sum = 0;
+    for (int p = 0; p <= pos; ++p) {
+      double d = 0;
+      for (int i = 0; i < hd; ++i) {
+        const float qi = type == DType::F16 ? fp16_to_fp32(fp32_to_fp16(q[i])) : q[i];
+        d += double(qi) * at(k, bt, p, kvh, i);
+      }
+      s[p] = d * scale;
+      mx = std::max(mx, s[p]);
+    }
+    for (int p = 0; p <= pos; ++p) sum += s[p] = std::exp(s[p] - mx);
+    for (int p = 0; p <= pos; ++p)
+      for (int i = 0; i < hd; ++i) out[i] += s[p] / sum * at(v, bt, p, kvh, i);
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("kv_store writes each token into its block-table slot") {
+  for (DType type : {DType::F32, DType::F16}) {
+    auto be = best_backend(1);
+    TestCache c(*be, type, 4, 2, 8, 11, 21);
+    for (int p = 0; p < 11; ++p)
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 8; ++i) {
+          const float want = c.dense_k[(size_t(p) * 2 + h) * 8 + i];
+          CHECK(c.at(c.k, c.table.data(), p, h, i) ==
+                (type == DType::F16 ? fp16_to_fp32(fp32_to_fp16(want)) : want));
+        }
+  }
+}
+
+TEST_CASE("attention over shuffled blocks matches dense softmax attention") {
+  const int hd = 64;
+  const float scale = 0.125f;
+  for (auto [n_heads, n_kv] : {std::pair{6, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
+    for (int threads : {1, 2}) {
+      for (auto& be : backends(threads)) {
+        for (DType type : {DType::F16, DType::F32}) {
+          for (int bs : {16, 5}) {
+            const int n_pos = 700;  // long enough to split decode over positions with 2 threads
+            TestCache c(*be, type, bs, n_kv, hd, n_pos, 31 + bs);
+            // A second sequence reads the same blocks in another order.
+            std::vector<int32_t> other(c.table.rbegin(), c.table.rend());
+            // Prefill chunks of two sequences in one step (positions 0..8 and
+            // 600..607, then 3 tokens of the other sequence), and a lone decode token.
+            std::vector<AttnToken> toks;
+            for (int p : {0, 1, 2, 3, 4, 5, 6, 7, 8, 600, 601, 602, 603, 604, 605, 606, 607})
+              toks.push_back({c.table.data(), p});
+            for (int p : {40, 41, 42}) toks.push_back({other.data(), p});
+            for (bool decode : {false, true}) {
+              const std::vector<AttnToken> use =
+                  decode ? std::vector<AttnToken>{{c.table.data(), n_pos - 1}} : toks;
+              const size_t n = use.size();
+              const auto q = random_floats(n * n_heads * hd, 41, -2.0f, 2.0f);
+              std::vector<float> out(n * n_heads * hd, NAN);
+              be->attention(c.view(), use.data(), int64_t(n), q.data(), n_heads, scale, out.data());
+              double worst = 0;
+              for (size_t t = 0; t < n; ++t)
+                for (int h = 0; h < n_heads; ++h) {
+                  const auto ref = c.reference(q.data() + (t * n_heads + h) * hd, n_heads, h, use[t].block_table,
+                                               use[t].pos, scale);
+                  for (int i = 0; i < hd; ++i)
+                    worst = std::max(worst, std::fabs(out[(t * n_heads + h) * hd + i] - ref[i]));
+                }
+              CHECK_MESSAGE(worst < 2e-5, be->name(), " heads ", n_heads, "/", n_kv, " threads ", threads, " ",
+                            traits(type).name, " bs ", bs, " decode ", decode, " worst ", worst);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("thread pool runs every task once, on several threads, after idle sleeps too") {
+  ThreadPool pool(2);
+  CHECK(pool.size() == 2);
+  for (int round = 0; round < 200; ++round) {
+    const int n = 1 + round % 37;
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<int> bad_thread{0};
+    pool.parallel_for(n, [&](int64_t task, int thread) {
+      hits[task].fetch_add(1);
+      if (thread < 0 || thread >= 2) bad_thread.fetch_add(1);
+    });
+    for (auto& h : hits) REQUIRE(h.load() == 1);
+    CHECK(bad_thread.load() == 0);
+    // Some rounds wait past the spin budget, so the workers sleep on the futex.
+    if (round % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  std::atomic<int> on_worker{0};
+  pool.parallel_for(8, [&](int64_t, int thread) {
+    if (thread == 1) on_worker.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  });
+  CHECK(on_worker.load() > 0);
+}
+
+TEST_CASE("shape registry: first use, counts, seal makes new keys cold") {
+  ShapeRegistry reg;
+  const ShapeKey a{"matmul.q4_1", "n=576,k=576,t=1"};
+  CHECK(reg.touch(a, 0.5));
+  CHECK_FALSE(reg.touch(a, 0.1));
+  CHECK(reg.seen(a));
+  auto snap = reg.snapshot();
+  REQUIRE(snap.size() == 1);
+  CHECK(snap[0].second.count == 2);
+  CHECK(snap[0].second.first_cost_s == 0.5);
+  CHECK_FALSE(snap[0].second.cold);
+
+  const LaunchKey lk{"matmul.q8_0", "n,k,t", {49152, 576, 8}};
+  CHECK(lk.key() == ShapeKey{"matmul.q8_0", "n=49152,k=576,t=8"});
+  for (int i = 0; i < 5; ++i) LaunchScope s(lk, reg);
+  CHECK(reg.seen(lk.key()));
+
+  std::vector<std::string> hooked;
+  reg.seal([&](const ShapeKey& k) { hooked.push_back(k.str()); });
+  { LaunchScope s(lk, reg); }  // seen before sealing: not cold
+  CHECK(reg.cold_count() == 0);
+  { LaunchScope s(LaunchKey{"rmsnorm", "n,t", {576, 1}}, reg); }
+  { LaunchScope s(LaunchKey{"rmsnorm", "n,t", {576, 1}}, reg); }
+  CHECK(reg.cold_count() == 1);
+  REQUIRE(hooked.size() == 1);
+  CHECK(hooked[0] == "rmsnorm[n=576,t=1]");
+  for (const auto& [key, use] : reg.snapshot()) {
+    if (key.op == "matmul.q8_0") CHECK(use.count == 6);
+    if (key.op == "rmsnorm") CHECK(use.cold);
+  }
+
+  reg.unseal();
+  reg.clear();
+  CHECK(reg.snapshot().empty());
+  { LaunchScope s(lk, reg); }  // cached before clear(): must register again
+  CHECK(reg.seen(lk.key()));
+  CHECK(reg.snapshot().size() == 1);
+}
+
+TEST_CASE("backend launches register bucketed shape keys") {
+  const TestWeight w = make_weight(DType::Q4_1, 12, 64, 51);
+  const auto x = random_floats(5 * 64, 52);
+  std::vector<float> y(5 * 12);
+  best_backend(1)->matmul(w.view, x.data(), 5, y.data());
+  CHECK(ShapeRegistry::global().seen(ShapeKey{"matmul.q4_1", "n=12,k=64,t=8"}));
+}

@@ -1,0 +1,339 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "daemon/json_error.hpp"
+#include "daemon/openai_schema.hpp"
+
+namespace json = boost::json;
+namespace oa = inferd::daemon::openai;
+using inferd::daemon::HttpError;
+using inferd::engine::FinishReason;
+using inferd::engine::TokenOut;
+using inferd::engine::Usage;
+
+namespace {
+
+json::object body(std::string_view text) { return json::parse(text).as_object(); }
+
+// Parses `text` with `parse`, expecting a 400 whose param is `param` and whose
+// message contains `needle`.
+template <class F>
+void expect_invalid(F parse, std::string_view text, std::string_view param, std::string_view needle = {}) {
+  CAPTURE(text);
+  try {
+    parse(body(text));
+    FAIL("accepted an invalid body");
+  } catch (const HttpError& e) {
+    CHECK(e.status == 400);
+    CHECK(e.param == param);
+    if (!needle.empty()) CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
+  }
+}
+
+void bad_chat(std::string_view text, std::string_view param, std::string_view needle = {}) {
+  expect_invalid(oa::parse_chat_request, text, param, needle);
+}
+void bad_completion(std::string_view text, std::string_view param, std::string_view needle = {}) {
+  expect_invalid(oa::parse_completion_request, text, param, needle);
+}
+
+const oa::TokenBytes kBytes = [](int32_t id) -> std::string {
+  switch (id) {
+    case 1: return "Hello";
+    case 2: return " world";
+    case 3: return "\xE2\x82";  // half of "€"
+    default: return "<" + std::to_string(id) + ">";
+  }
+};
+
+}  // namespace
+
+TEST_CASE("chat request: fields and defaults") {
+  auto r = oa::parse_chat_request(body(R"({
+    "model": "m", "messages": [
+      {"role": "developer", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null}],
+    "max_completion_tokens": 7, "max_tokens": 99, "temperature": 0.5, "top_p": 0.9, "top_k": -1,
+    "min_p": 0.1, "seed": 42, "stop": "END", "presence_penalty": 0.5, "frequency_penalty": -0.5,
+    "repetition_penalty": 1.1, "logprobs": true, "top_logprobs": 3, "stream": true,
+    "stream_options": {"include_usage": true}, "ignore_eos": true, "skip_special_tokens": false,
+    "user": "ignored"})"));
+  CHECK(r.api == oa::Api::Chat);
+  CHECK(r.model == "m");
+  REQUIRE(r.messages.size() == 3);
+  CHECK(r.messages[0].role == "system");
+  CHECK(r.messages[1].content == "a\nb");
+  CHECK(r.messages[2].content.empty());
+  CHECK(r.max_tokens == 7);  // max_completion_tokens wins
+  CHECK(r.sampling.temperature == doctest::Approx(0.5));
+  CHECK(r.sampling.top_p == doctest::Approx(0.9));
+  CHECK(r.sampling.top_k == 0);
+  CHECK(r.sampling.min_p == doctest::Approx(0.1));
+  CHECK(r.sampling.presence_penalty == doctest::Approx(0.5));
+  CHECK(r.sampling.frequency_penalty == doctest::Approx(-0.5));
+  CHECK(r.sampling.repetition_penalty == doctest::Approx(1.1));
+  CHECK(r.sampling.seed == 42u);
+  CHECK(r.sampling.logprobs == 3);
+  CHECK(r.logprobs());
+  CHECK(r.stop == std::vector<std::string>{"END"});
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.ignore_eos);
+  CHECK_FALSE(r.skip_special_tokens);
+  CHECK_FALSE(r.add_special_tokens);
+
+  auto d = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5.0})"));
+  CHECK(d.max_tokens == 5);
+  CHECK(d.n == 1);
+  CHECK_FALSE(d.stream);
+  CHECK(d.sampling.temperature == doctest::Approx(1.0));
+  CHECK(d.sampling.logprobs == -1);
+  CHECK(d.add_generation_prompt);
+  CHECK(d.skip_special_tokens);
+  CHECK_FALSE(oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}]})")).max_tokens);
+}
+
+TEST_CASE("chat request: every bad field names its param") {
+  bad_chat(R"({})", "messages", "required");
+  bad_chat(R"({"messages": "hi"})", "messages", "must be an array");
+  bad_chat(R"({"messages": []})", "messages", "must not be empty");
+  bad_chat(R"({"messages": [1]})", "messages[0]", "must be an object");
+  bad_chat(R"({"messages": [{"content": "x"}]})", "messages[0].role", "required");
+  bad_chat(R"({"messages": [{"role": "user", "content": "x"}, {"role": "wizard", "content": "x"}]})",
+           "messages[1].role", "unknown role `wizard`");
+  bad_chat(R"({"messages": [{"role": "user"}]})", "messages[0].content", "required");
+  bad_chat(R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content", "string or an array");
+  bad_chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
+           "messages[0].content[0].type", "`image_url`");
+  bad_chat(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages[0].content[0].text");
+  bad_chat(R"({"messages": [{"role": "user", "content": ["x"]}]})", "messages[0].content[0]");
+
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  auto with = [&](std::string_view field) { return "{" + m + ", " + std::string(field) + "}"; };
+  bad_chat(with(R"("model": 3)"), "model", "must be a string");
+  bad_chat(with(R"("temperature": "hot")"), "temperature", "must be a number, got a string");
+  bad_chat(with(R"("temperature": -0.1)"), "temperature", "-0.1");
+  bad_chat(with(R"("top_p": 0)"), "top_p", "(0, 1]");
+  bad_chat(with(R"("top_p": 1.5)"), "top_p");
+  bad_chat(with(R"("top_k": -2)"), "top_k");
+  bad_chat(with(R"("top_k": 1.5)"), "top_k", "must be an integer");
+  bad_chat(with(R"("min_p": 2)"), "min_p");
+  bad_chat(with(R"("presence_penalty": 3)"), "presence_penalty");
+  bad_chat(with(R"("frequency_penalty": -2.5)"), "frequency_penalty");
+  bad_chat(with(R"("repetition_penalty": 0)"), "repetition_penalty");
+  bad_chat(with(R"("seed": "x")"), "seed");
+  bad_chat(with(R"("max_tokens": 0)"), "max_tokens", "at least 1");
+  bad_chat(with(R"("max_completion_tokens": -5)"), "max_completion_tokens");
+  bad_chat(with(R"("max_tokens": "10")"), "max_tokens", "integer");
+  bad_chat(with(R"("n": 0)"), "n");
+  bad_chat(with(R"("n": 1000)"), "n");
+  bad_chat(with(R"("stop": 5)"), "stop");
+  bad_chat(with(R"("stop": ["a", 1])"), "stop[1]");
+  bad_chat(with(R"("stop": [""])"), "stop", "empty");
+  bad_chat(with(R"("stop_token_ids": [-1])"), "stop_token_ids[0]");
+  bad_chat(with(R"("stream": "yes")"), "stream", "boolean");
+  bad_chat(with(R"("stream_options": {"include_usage": true})"), "stream_options", "only allowed");
+  bad_chat(with(R"("stream": true, "stream_options": {"include_usage": 1})"), "stream_options.include_usage");
+  bad_chat(with(R"("logprobs": 1)"), "logprobs", "boolean");
+  bad_chat(with(R"("top_logprobs": 2)"), "top_logprobs", "logprobs");
+  bad_chat(with(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
+  bad_chat(with(R"("ignore_eos": 1)"), "ignore_eos");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f"}}])"), "tools", "not supported");
+  bad_chat(with(R"("response_format": {"type": "json_object"})"), "response_format");
+  bad_chat(with(R"("logit_bias": {"1": 5})"), "logit_bias");
+  bad_chat(with(R"("best_of": 3)"), "best_of");
+  // Explicit nulls mean "default", and harmless variants of unsupported fields pass.
+  CHECK_NOTHROW(oa::parse_chat_request(body(with(R"("temperature": null, "stop": null, "n": 1,
+      "response_format": {"type": "text"}, "logit_bias": {}, "tools": [])"))));
+}
+
+TEST_CASE("completion request: prompt forms") {
+  auto r = oa::parse_completion_request(body(R"({"prompt": "Once", "max_tokens": 4, "logprobs": 2, "echo": false})"));
+  CHECK(r.api == oa::Api::Completions);
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompts[0].text == "Once");
+  CHECK(r.add_special_tokens);
+  CHECK(r.sampling.logprobs == 2);
+  CHECK(r.max_tokens == 4);
+
+  auto one = oa::parse_completion_request(body(R"({"prompt": ["Once"]})"));
+  REQUIRE(one.prompts.size() == 1);
+  CHECK(one.prompts[0].text == "Once");
+
+  auto ids = oa::parse_completion_request(body(R"({"prompt": [1, 2, 3]})"));
+  REQUIRE(ids.prompts.size() == 1);
+  CHECK(ids.prompts[0].tokens == std::vector<int32_t>{1, 2, 3});
+
+  auto batch = oa::parse_completion_request(body(R"({"prompt": ["a", [4, 5]], "n": 2})"));
+  REQUIRE(batch.prompts.size() == 2);
+  CHECK(batch.prompts[1].tokens == std::vector<int32_t>{4, 5});
+  CHECK(batch.n == 2);
+
+  auto zero = oa::parse_completion_request(body(R"({"prompt": "x", "logprobs": 0})"));
+  CHECK(zero.logprobs());
+  CHECK(zero.sampling.logprobs == 0);
+}
+
+TEST_CASE("completion request: bad fields") {
+  bad_completion(R"({})", "prompt", "required");
+  bad_completion(R"({"prompt": ""})", "prompt", "empty");
+  bad_completion(R"({"prompt": []})", "prompt", "empty");
+  bad_completion(R"({"prompt": 5})", "prompt");
+  bad_completion(R"({"prompt": [1, "a"]})", "prompt[1]");
+  bad_completion(R"({"prompt": ["a", 7]})", "prompt[1]");
+  bad_completion(R"({"prompt": ["a", ""]})", "prompt[1]", "empty");
+  bad_completion(R"({"prompt": [1, -3]})", "prompt[1]", "token ids");
+  bad_completion(R"({"prompt": "x", "logprobs": true})", "logprobs", "integer");
+  bad_completion(R"({"prompt": "x", "logprobs": 50})", "logprobs");
+  bad_completion(R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo");
+  bad_completion(R"({"prompt": "x", "suffix": "tail"})", "suffix");
+  bad_completion(R"({"prompt": "x", "max_tokens": 0})", "max_tokens");
+  bad_completion(R"({"prompt": ["a", "b", "c"], "n": 50})", "n");
+}
+
+TEST_CASE("tokenize and detokenize requests") {
+  auto p = oa::parse_tokenize_request(body(R"({"prompt": "hi"})"));
+  CHECK(p.prompt == "hi");
+  CHECK(p.add_special_tokens);
+  auto m = oa::parse_tokenize_request(body(R"({"messages": [{"role": "user", "content": "hi"}],
+                                                "add_generation_prompt": false})"));
+  CHECK_FALSE(m.prompt);
+  REQUIRE(m.messages.size() == 1);
+  CHECK_FALSE(m.add_generation_prompt);
+  CHECK_FALSE(m.add_special_tokens);
+  expect_invalid(oa::parse_tokenize_request, R"({})", "prompt");
+  expect_invalid(oa::parse_tokenize_request, R"({"prompt": 1})", "prompt");
+  expect_invalid(oa::parse_tokenize_request, R"({"messages": [{"role": "x", "content": ""}]})", "messages[0].role");
+
+  CHECK(oa::parse_detokenize_request(body(R"({"tokens": [0, 5, 9]})"), 10) == std::vector<int32_t>{0, 5, 9});
+  auto detok = [](const json::object& b) { return oa::parse_detokenize_request(b, 10); };
+  expect_invalid(detok, R"({})", "tokens", "required");
+  expect_invalid(detok, R"({"tokens": "abc"})", "tokens");
+  expect_invalid(detok, R"({"tokens": [10]})", "tokens", "outside the vocabulary");
+  expect_invalid(detok, R"({"tokens": [1, "a"]})", "tokens[1]");
+
+  const std::vector<int32_t> ids{7, 8};
+  CHECK(json::serialize(oa::tokenize_response(ids, 2048)) == R"({"count":2,"max_model_len":2048,"tokens":[7,8]})");
+  CHECK(json::serialize(oa::detokenize_response("a\xFF")) == "{\"prompt\":\"a\xEF\xBF\xBD\"}");
+}
+
+TEST_CASE("chat response shape") {
+  const oa::ResponseMeta meta{"chatcmpl-abc", 1700000000, "smol"};
+  oa::Choice c;
+  c.text = "Hello world";
+  c.finish = FinishReason::Stop;
+  c.stop_reason = "END";
+  c.logprobs = std::vector<TokenOut>{{1, -0.5f, {{1, -0.5f}, {2, -1.5f}}},
+                                     {3, -std::numeric_limits<float>::infinity(), {}}};
+  auto r = oa::chat_response(meta, std::span(&c, 1), Usage{5, 2, 3}, kBytes);
+  CHECK(r.at("id") == "chatcmpl-abc");
+  CHECK(r.at("object") == "chat.completion");
+  CHECK(r.at("created") == 1700000000);
+  CHECK(r.at("model") == "smol");
+  const auto& ch = r.at("choices").as_array().at(0).as_object();
+  CHECK(ch.at("index") == 0);
+  CHECK(ch.at("message").at("role") == "assistant");
+  CHECK(ch.at("message").at("content") == "Hello world");
+  CHECK(ch.at("finish_reason") == "stop");
+  CHECK(ch.at("stop_reason") == "END");
+  const auto& content = ch.at("logprobs").at("content").as_array();
+  REQUIRE(content.size() == 2);
+  CHECK(content[0].at("token") == "Hello");
+  CHECK(content[0].at("logprob").as_double() == doctest::Approx(-0.5));
+  CHECK(content[0].at("bytes") == json::array{72, 101, 108, 108, 111});
+  REQUIRE(content[0].at("top_logprobs").as_array().size() == 2);
+  CHECK(content[0].at("top_logprobs").at(1).at("token") == " world");
+  CHECK(content[0].at("top_logprobs").at(1).at("logprob").as_double() == doctest::Approx(-1.5));
+  // Half a character is shown as U+FFFD but its bytes are exact; -inf is clamped.
+  CHECK(content[1].at("token") == "\xEF\xBF\xBD\xEF\xBF\xBD");
+  CHECK(content[1].at("bytes") == json::array{0xE2, 0x82});
+  CHECK(content[1].at("logprob").as_double() == -9999.0);
+  const auto& u = r.at("usage");
+  CHECK(u.at("prompt_tokens") == 5);
+  CHECK(u.at("completion_tokens") == 2);
+  CHECK(u.at("total_tokens") == 7);
+  CHECK(u.at("prompt_tokens_details").at("cached_tokens") == 3);
+
+  oa::Choice plain;
+  plain.index = 1;
+  plain.finish = FinishReason::Length;
+  auto p = oa::chat_response(meta, std::span(&plain, 1), Usage{}, kBytes);
+  CHECK(p.at("choices").at(0).at("logprobs").is_null());
+  CHECK(p.at("choices").at(0).at("finish_reason") == "length");
+  CHECK(p.at("choices").at(0).at("stop_reason").is_null());
+  CHECK(p.at("choices").at(0).at("index") == 1);
+}
+
+TEST_CASE("completion response shape: legacy logprobs") {
+  const oa::ResponseMeta meta{"cmpl-1", 1, "smol"};
+  oa::Choice c;
+  c.text = "Hello world";
+  c.finish = FinishReason::Length;
+  c.logprobs = std::vector<TokenOut>{{1, -0.25f, {{2, -2.0f}}}, {2, -0.75f, {{2, -0.75f}}}};
+  auto r = oa::completion_response(meta, std::span(&c, 1), Usage{3, 2, 0}, kBytes);
+  CHECK(r.at("object") == "text_completion");
+  const auto& ch = r.at("choices").at(0);
+  CHECK(ch.at("text") == "Hello world");
+  CHECK(ch.at("finish_reason") == "length");
+  const auto& lp = ch.at("logprobs");
+  CHECK(lp.at("tokens") == json::array{"Hello", " world"});
+  CHECK(lp.at("token_logprobs").at(0).as_double() == doctest::Approx(-0.25));
+  CHECK(lp.at("text_offset") == json::array{0, 5});
+  // The sampled token is always among top_logprobs.
+  CHECK(lp.at("top_logprobs").at(0).as_object().size() == 2);
+  CHECK(lp.at("top_logprobs").at(0).at("Hello").as_double() == doctest::Approx(-0.25));
+  CHECK(lp.at("top_logprobs").at(0).at(" world").as_double() == doctest::Approx(-2.0));
+  CHECK(lp.at("top_logprobs").at(1).as_object().size() == 1);
+
+  // In a stream, offsets continue from the text already sent.
+  oa::Choice d;
+  d.text = " world";
+  d.logprobs = std::vector<TokenOut>{{2, -0.75f, {}}};
+  auto chunk = oa::completion_chunk(meta, d, 5, kBytes);
+  CHECK(chunk.at("choices").at(0).at("logprobs").at("text_offset") == json::array{5});
+  CHECK(chunk.at("choices").at(0).at("finish_reason").is_null());
+  CHECK_FALSE(chunk.at("choices").at(0).as_object().contains("stop_reason"));
+}
+
+TEST_CASE("stream chunks") {
+  const oa::ResponseMeta meta{"chatcmpl-x", 2, "smol"};
+  auto role = oa::chat_role_chunk(meta, 0);
+  CHECK(role.at("object") == "chat.completion.chunk");
+  CHECK(role.at("choices").at(0).at("delta").at("role") == "assistant");
+  CHECK(role.at("choices").at(0).at("finish_reason").is_null());
+
+  oa::Choice d;
+  d.index = 2;
+  d.text = "hi";
+  auto mid = oa::chat_chunk(meta, d, kBytes);
+  CHECK(mid.at("choices").at(0).at("index") == 2);
+  CHECK(mid.at("choices").at(0).at("delta").at("content") == "hi");
+  CHECK_FALSE(mid.at("choices").at(0).at("delta").as_object().contains("role"));
+  CHECK(mid.at("choices").at(0).at("finish_reason").is_null());
+  CHECK(mid.at("choices").at(0).at("logprobs").is_null());
+
+  d.finish = FinishReason::Cancelled;
+  CHECK(oa::chat_chunk(meta, d, kBytes).at("choices").at(0).at("finish_reason") == "abort");
+
+  auto usage = oa::usage_chunk(meta, oa::Api::Chat, Usage{4, 6, 0});
+  CHECK(usage.at("choices").as_array().empty());
+  CHECK(usage.at("usage").at("total_tokens") == 10);
+  CHECK(oa::usage_chunk(meta, oa::Api::Completions, Usage{}).at("object") == "text_completion");
+
+  CHECK(oa::sse_event(json::object{{"a", 1}}) == "data: {\"a\":1}\n\n");
+  CHECK(oa::kSseDone == "data: [DONE]\n\n");
+}
+
+TEST_CASE("valid_utf8") {
+  CHECK(oa::valid_utf8("plain") == "plain");
+  CHECK(oa::valid_utf8("\xE2\x82\xAC") == "\xE2\x82\xAC");           // €
+  CHECK(oa::valid_utf8("\xF0\x9F\x98\x80") == "\xF0\x9F\x98\x80");   // 😀
+  CHECK(oa::valid_utf8("a\xE2\x82") == "a\xEF\xBF\xBD\xEF\xBF\xBD");  // cut short
+  CHECK(oa::valid_utf8("\xC0\xAF") == "\xEF\xBF\xBD\xEF\xBF\xBD");    // overlong
+  CHECK(oa::valid_utf8("\xED\xA0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  CHECK(oa::valid_utf8("\xFF") == "\xEF\xBF\xBD");
+}

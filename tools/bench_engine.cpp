@@ -1,0 +1,104 @@
+// `inferctl bench engine`: the engine alone, no HTTP. Prefill tok/s at given
+// prompt lengths, decode tok/s at batch 1 (and aggregate at batch N), written as
+// JSON. Tokens are seeded random ids, like llama-bench's, so numbers compare.
+#include <boost/json.hpp>
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/gguf_reader.hpp"
+#include "engine/kv_cache.hpp"
+#include "engine/model_registry.hpp"
+#include "tools/inferctl_commands.hpp"
+
+namespace inferd::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int cmd_bench_engine(const Args& args) {
+  const std::string model_path = args.get("model", default_model_path());
+  const int threads = args.get_int("threads", 0);
+  const int reps = args.get_int("repetitions", 3);
+  const int n_gen = args.get_int("n-gen", 128);
+  const int batch = args.get_int("batch", 8);
+  std::vector<int> prompts;
+  for (const auto& p : args.get_list("n-prompt", {"128", "512"})) prompts.push_back(std::stoi(p));
+
+  auto backend = kernels::make_cpu_backend(threads);
+  auto file = engine::GgufFile::open(model_path);
+  auto model = engine::load_model(*file, *backend);
+  const auto& mc = model->config();
+  const int max_prompt = *std::max_element(prompts.begin(), prompts.end());
+  const int ctx = std::max(max_prompt, n_gen) + 16;
+  const int bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
+  engine::KvGeometry g{mc.n_layers, mc.n_kv_heads, mc.head_dim, bs, blocks_per_seq * std::max(batch, 1),
+                       kernels::DType::F16};
+  engine::KvCache kv(g);
+  std::vector<std::vector<int32_t>> tables(std::max(batch, 1), std::vector<int32_t>(blocks_per_seq));
+  for (size_t s = 0; s < tables.size(); ++s)
+    for (int i = 0; i < blocks_per_seq; ++i) tables[s][i] = int32_t(s * blocks_per_seq + i);
+
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> tok(0, mc.vocab - 1);
+  std::vector<float> logits(size_t(std::max(batch, 1)) * mc.vocab);
+  boost::json::object out{{"model", model_path}, {"backend", backend->name()}, {"threads", backend->threads()}};
+
+  // Warm the caches and the thread pool once so the first repetition is not an outlier.
+  {
+    engine::StepBatch b;
+    for (int i = 0; i < 8; ++i) b.add(tok(rng), i, tables[0].data(), i == 7);
+    model->forward(b, kv, logits.data());
+  }
+
+  boost::json::array prefill;
+  for (int n : prompts) {
+    std::vector<double> times;
+    for (int r = 0; r < reps; ++r) {
+      engine::StepBatch b;
+      for (int i = 0; i < n; ++i) b.add(tok(rng), i, tables[0].data(), i + 1 == n);
+      auto t0 = Clock::now();
+      model->forward(b, kv, logits.data());
+      times.push_back(seconds_since(t0));
+    }
+    const double t = median(times);
+    prefill.push_back({{"n_prompt", n}, {"seconds", t}, {"tokens_per_s", n / t}});
+  }
+  out["prefill"] = prefill;
+
+  auto decode_run = [&](int streams) {
+    std::vector<double> rates;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < n_gen; ++i) {
+        engine::StepBatch b;
+        for (int s = 0; s < streams; ++s) b.add(tok(rng), i, tables[s].data(), true);
+        model->forward(b, kv, logits.data());
+      }
+      rates.push_back(double(n_gen) * streams / seconds_since(t0));
+    }
+    return median(rates);
+  };
+  out["decode"] = {{"n_gen", n_gen}, {"batch", 1}, {"tokens_per_s", decode_run(1)}};
+  if (batch > 1) {
+    const double agg = decode_run(batch);
+    out["decode_batched"] = {{"n_gen", n_gen}, {"batch", batch}, {"aggregate_tokens_per_s", agg},
+                             {"per_stream_tokens_per_s", agg / batch}};
+  }
+  std::cout << boost::json::serialize(out) << "\n";
+  return 0;
+}
+
+}  // namespace inferd::tools

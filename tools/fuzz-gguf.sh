@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the GGUF reader's libFuzzer target with clang and runs it.
+#   tools/fuzz-gguf.sh [seconds=60]
+# Env: FUZZ_BUILD (build dir, default /tmp/build-fuzz), INFERD_MODEL (its header
+# seeds the corpus), FUZZ_WORK (corpus and crash files, default $FUZZ_BUILD/fuzz-gguf).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_TO_RUN=${1:-60}
+BUILD=${FUZZ_BUILD:-/tmp/build-fuzz}
+MODEL=${INFERD_MODEL:-$HOME/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+WORK=${FUZZ_WORK:-$BUILD/fuzz-gguf}
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  CXX=clang++ CC=clang meson setup "$BUILD" -Dfuzz=true -Dcuda=disabled -Dbuildtype=debugoptimized >/dev/null
+fi
+ninja -C "$BUILD" tools/fuzz_gguf
+
+mkdir -p "$WORK/corpus" "$WORK/seeds" "$WORK/crashes"
+# Seeds: the start of the real model (its real keys and strings) and small valid
+# files with every value type, both versions, a custom alignment and each tensor type.
+[ -f "$MODEL" ] && head -c 16384 "$MODEL" > "$WORK/seeds/model-header.gguf"
+python3 - "$WORK/seeds" <<'PY'
+import struct, sys
+out = sys.argv[1]
+U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
+FMT = {U8: '<B', I8: '<b', U16: '<H', I16: '<h', U32: '<I', I32: '<i', F32: '<f', BOOL: '<B',
+       U64: '<Q', I64: '<q', F64: '<d'}
+def s(x): b = x.encode(); return struct.pack('<Q', len(b)) + b
+def val(t, v):
+    if t == STRING: return s(v)
+    if t == ARRAY:
+        et, items = v
+        return struct.pack('<IQ', et, len(items)) + b''.join(val(et, i) for i in items)
+    return struct.pack(FMT[t], v)
+# (type id, block elements, block bytes) for F32, F16, Q4_0, Q4_1, Q8_0, Q8_1, BF16
+TYPES = [(0, 1, 4), (1, 1, 2), (2, 32, 18), (3, 32, 20), (8, 32, 34), (9, 32, 36), (30, 1, 2)]
+def gguf(kvs, tensors, version=3, align=32):
+    head = b'GGUF' + struct.pack('<IQQ', version, len(tensors), len(kvs))
+    head += b''.join(s(k) + struct.pack('<I', t) + val(t, v) for k, t, v in kvs)
+    data, infos = b'', b''
+    for name, dims, (tid, be, bb) in tensors:
+        n = 1
+        for d in dims: n *= d
+        data += b'\0' * (-len(data) % align)
+        infos += s(name) + struct.pack('<I', len(dims)) + b''.join(struct.pack('<Q', d) for d in dims)
+        infos += struct.pack('<IQ', tid, len(data))
+        data += bytes((i * 7) & 255 for i in range(n // be * bb))
+    body = head + infos
+    return body + b'\0' * (-len(body) % align) + data
+every = [('general.architecture', STRING, 'llama'), ('u8', U8, 7), ('i8', I8, -7), ('u16', U16, 7),
+         ('i16', I16, -7), ('u32', U32, 7), ('i32', I32, -7), ('f32', F32, 0.5), ('b', BOOL, 1),
+         ('u64', U64, 7), ('i64', I64, -7), ('f64', F64, 0.25),
+         ('tokens', ARRAY, (STRING, ['<s>', 'a', 'bc'])), ('ids', ARRAY, (I32, [1, 2, 3])),
+         ('nested', ARRAY, (ARRAY, [(U8, [1, 2]), (STRING, ['x'])]))]
+tensors = [('t%d' % i, [32, 2], t) for i, t in enumerate(TYPES)]
+seeds = {
+    'every-type.gguf': gguf(every, tensors),
+    'version2.gguf': gguf(every[:3], tensors[:2], version=2),
+    'align64.gguf': gguf([('general.alignment', U32, 64)], [('a', [16], TYPES[0]), ('b', [64, 3], TYPES[4])], align=64),
+    'no-tensors.gguf': gguf(every[:1], []),
+}
+for name, b in seeds.items():
+    open(f'{out}/{name}', 'wb').write(b)
+PY
+
+echo "fuzzing for ${SECONDS_TO_RUN}s; corpus $WORK/corpus, crashes in $WORK/crashes"
+"$BUILD/tools/fuzz_gguf" "$WORK/corpus" "$WORK/seeds" -max_total_time="$SECONDS_TO_RUN" \
+  -artifact_prefix="$WORK/crashes/" -print_final_stats=1

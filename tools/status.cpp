@@ -1,0 +1,112 @@
+// `inferctl status`: where a running daemon stands: lifecycle state, warm-up
+// phase, uptime and the served model, read from /health/ready, /metrics and
+// /v1/models. Exit 0 when the daemon answered, 1 when it could not be reached.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include "tools/http_client.hpp"
+#include "tools/inferctl_commands.hpp"
+
+namespace inferd::tools {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: inferctl status [--url http://127.0.0.1:8000] [--timeout SECONDS]\n"
+    "Prints the daemon's lifecycle state, warm-up phase, uptime and served model.\n";
+
+// The value of an unlabelled sample, e.g. "inferd_uptime_seconds 12.5".
+std::optional<double> metric_value(const std::string& text, std::string_view name) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.size() > name.size() && line.starts_with(name) && line[name.size()] == ' ') {
+      try {
+        return std::stod(line.substr(name.size() + 1));
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::string format_duration(double s) {
+  if (s < 60) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
+    return buf;
+  }
+  long total = std::lround(s);
+  const long d = total / 86400, h = total % 86400 / 3600, m = total % 3600 / 60, sec = total % 60;
+  std::string out;
+  if (d) out += std::to_string(d) + "d ";
+  if (d || h) out += std::to_string(h) + "h ";
+  out += std::to_string(m) + "m " + std::to_string(sec) + "s";
+  return out;
+}
+
+std::string string_field(const boost::json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  return v && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+}  // namespace
+
+int cmd_status(const Args& args) {
+  if (args.has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (!args.positional.empty()) {
+    std::cerr << "inferctl status: unexpected argument '" << args.positional.front() << "'\n" << kUsage;
+    return 2;
+  }
+  const Url url = parse_url(args.get("url", "http://127.0.0.1:8000"));
+  const auto timeout = std::chrono::milliseconds(std::lround(args.get_double("timeout", 5.0) * 1000));
+
+  const HttpReply ready = http_request(url, "GET", "/health/ready", {}, timeout);
+  boost::json::error_code ec;
+  const boost::json::value v = boost::json::parse(ready.body, ec);
+  if (ec || !v.is_object() || !v.as_object().contains("state")) {
+    std::cerr << "inferctl status: " << url.text() << "/health/ready answered " << ready.status
+              << " without a JSON state; is this an inferd daemon?\n";
+    return 1;
+  }
+  const auto& health = v.as_object();
+  const std::string state = string_field(health, "state");
+  const std::string phase = string_field(health, "phase");
+
+  std::string uptime = "unknown";
+  if (const HttpReply m = http_request(url, "GET", "/metrics", {}, timeout); m.status == 200) {
+    if (auto s = metric_value(m.body, "inferd_uptime_seconds")) uptime = format_duration(*s);
+  }
+  std::string model = "none loaded";
+  if (const HttpReply r = http_request(url, "GET", "/v1/models", {}, timeout); r.status == 200) {
+    const boost::json::value list = boost::json::parse(r.body, ec);
+    if (!ec && list.is_object()) {
+      if (const auto* data = list.as_object().if_contains("data"); data && data->is_array() && !data->as_array().empty())
+        if (data->as_array().front().is_object()) model = string_field(data->as_array().front().as_object(), "id");
+    }
+  }
+
+  std::cout << "url:     " << url.text() << "\n"
+            << "state:   " << state << "\n"
+            << "phase:   " << (phase.empty() ? "-" : phase) << "\n"
+            << "ready:   " << (ready.status == 200 ? "yes" : "no") << "\n"
+            << "uptime:  " << uptime << "\n"
+            << "model:   " << model << "\n";
+  if (ready.status != 200) {
+    if (const auto* err = health.if_contains("error"); err && err->is_object())
+      std::cout << "reason:  " << string_field(err->as_object(), "message") << "\n";
+  }
+  return 0;
+}
+
+}  // namespace inferd::tools
