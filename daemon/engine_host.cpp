@@ -7,6 +7,7 @@
 #include "daemon/config.hpp"
 #include "daemon/daemon.hpp"
 #include "daemon/health_routes.hpp"
+#include "daemon/openai_routes.hpp"
 
 namespace inferd::daemon {
 
@@ -24,21 +25,25 @@ engine::EngineOptions engine_options(const Config& cfg) {
 
 EngineHost::EngineHost(Daemon& daemon) {
   daemon.set_load_hook([this](Daemon& d) { load(d); });
+  if (HttpServer* http = daemon.http())
+    register_openai_routes(*http, daemon.lifecycle(), daemon.metrics(), [this] { return engine_.load(); },
+                           {.served_model_name = daemon.config().model_name(), .api_key = daemon.config().server.api_key});
 }
 
 EngineHost::~EngineHost() {
-  if (engine_) engine_->stop();
+  if (auto e = engine_.load()) e->stop();
 }
 
 void EngineHost::load(Daemon& d) {
   const Config& cfg = d.config();
   spdlog::info("loading {}", cfg.model.path);
-  engine_ = std::make_unique<engine::Engine>(engine_options(cfg), &d.heartbeat());
+  auto eng = std::make_shared<engine::Engine>(engine_options(cfg), &d.heartbeat());
   d.set_drive_heartbeat(false);
   d.served_model().set({.id = cfg.model_name(),
                         .root = cfg.model.path,
-                        .max_model_len = engine_->max_model_len(),
+                        .max_model_len = eng->max_model_len(),
                         .created = static_cast<int64_t>(std::time(nullptr))});
+  engine_.store(std::move(eng));
 }
 
 }  // namespace inferd::daemon

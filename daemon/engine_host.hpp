@@ -1,7 +1,8 @@
-// Puts the engine into the daemon: builds it from the configuration at Loading
-// (the model loads, the scheduler starts), publishes the served model, and keeps
-// it alive for as long as the daemon runs.
+// Puts the engine into the daemon: registers the OpenAI routes, builds the engine
+// from the configuration at Loading (the model loads, the scheduler starts),
+// publishes the served model, and keeps it alive for as long as the daemon runs.
 #pragma once
+#include <atomic>
 #include <memory>
 
 #include "engine/engine.hpp"
@@ -19,11 +20,12 @@ class EngineHost {
   explicit EngineHost(Daemon& daemon);
   ~EngineHost();
 
-  engine::Engine* engine() { return engine_.get(); }
+  std::shared_ptr<engine::Engine> engine() const { return engine_.load(); }
 
  private:
   void load(Daemon& d);
-  std::unique_ptr<engine::Engine> engine_;
+  // Set by the start-up thread, read by HTTP threads.
+  std::atomic<std::shared_ptr<engine::Engine>> engine_;
 };
 
 }  // namespace inferd::daemon

@@ -383,11 +383,11 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void read_failed(error_code ec) {
-    // A clean close between requests, a reset, or the idle deadline closing the socket.
-    if (ec.category() != http::make_error_code(http::error::end_of_stream).category() ||
-        ec == http::error::end_of_stream || ec == http::error::partial_message) {
-      return abort(ec == http::error::end_of_stream ? "" : ec.message());
-    }
+    // Beast's own errors mean the bytes were not valid HTTP, except these two:
+    // the client closed, between requests or in the middle of one.
+    const bool malformed = ec.category() == http::make_error_code(http::error::bad_method).category() &&
+                           ec != http::error::end_of_stream && ec != http::error::partial_message;
+    if (!malformed) return abort(ec == http::error::end_of_stream ? "" : ec.message());  // closed or reset
     cancel_stall();
     int status = 400;
     std::string message = "malformed HTTP request: " + ec.message();

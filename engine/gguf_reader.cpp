@@ -24,7 +24,11 @@ constexpr int kMaxArrayDepth = 8;  // nesting bound keeps validation's recursion
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;             // key length, type, u8 value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, one dim, type, offset
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quoted(std::string_view s) {
+  std::string q(1, '\'');
+  q.append(s).push_back('\'');
+  return q;
+}
 
 // Encoded size of a fixed-size value type; 0 for STRING and ARRAY.
 size_t scalar_size(GgufType t) {

@@ -8,6 +8,7 @@
 #include "engine/gguf_reader.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/model_registry.hpp"
+#include "kernels/quantize.hpp"
 
 namespace inferd::engine {
 namespace {
@@ -23,7 +24,7 @@ struct LlamaLayer {
 
 class LlamaModel final : public Model {
  public:
-  LlamaModel(const GgufFile& f, kernels::Backend& be) : be_(be) {
+  LlamaModel(const GgufFile& f, kernels::Backend& be, Precision precision) : be_(be), precision_(precision) {
     read_config(f);
     load_weights(f);
   }
@@ -113,7 +114,16 @@ class LlamaModel final : public Model {
       throw LoadError(f.path(), 0, "invalid rope.dimension_count");
   }
 
-  static WeightView view(const GgufTensorInfo& t) {
+  WeightView view(const GgufTensorInfo& t) {
+    if (precision_ == Precision::Exact && t.type != kernels::DType::F32) {
+      // The reference path: one F32 copy, dequantized once at load.
+      auto& buf = owned_.emplace_back(std::make_unique<float[]>(static_cast<size_t>(t.rows() * t.cols())));
+      const size_t stride = kernels::row_bytes(t.type, t.cols());
+      for (int64_t r = 0; r < t.rows(); ++r)
+        kernels::dequantize_row(t.type, static_cast<const uint8_t*>(t.data) + r * stride, buf.get() + r * t.cols(),
+                                t.cols());
+      return WeightView{kernels::DType::F32, buf.get(), t.rows(), t.cols(), t.cols() * sizeof(float)};
+    }
     return WeightView{t.type, t.data, t.rows(), t.cols(), kernels::row_bytes(t.type, t.cols())};
   }
 
@@ -154,6 +164,8 @@ class LlamaModel final : public Model {
   }
 
   kernels::Backend& be_;
+  Precision precision_;
+  std::vector<std::unique_ptr<float[]>> owned_;  // dequantized weights (Exact)
   ModelConfig cfg_;
   WeightView tok_embd_, output_;
   const float* out_norm_ = nullptr;
@@ -163,8 +175,8 @@ class LlamaModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_llama(const GgufFile& file, kernels::Backend& backend) {
-  return std::make_unique<LlamaModel>(file, backend);
+std::unique_ptr<Model> make_llama(const GgufFile& file, kernels::Backend& backend, Precision precision) {
+  return std::make_unique<LlamaModel>(file, backend, precision);
 }
 
 }  // namespace inferd::engine

@@ -55,6 +55,12 @@ struct StepBatch {
   }
 };
 
+// How weights are held once loaded.
+enum class Precision {
+  Fast,   // as stored (quantized blocks), activations quantized per matmul
+  Exact,  // every weight dequantized to F32 and F32 activations: the reference path
+};
+
 class Model {
  public:
   virtual ~Model() = default;

@@ -17,12 +17,12 @@ const std::map<std::string, ModelFactory>& registry() {
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const GgufFile& file, kernels::Backend& backend) {
+std::unique_ptr<Model> load_model(const GgufFile& file, kernels::Backend& backend, Precision precision) {
   auto arch = file.get_string("general.architecture");
   if (!arch) throw LoadError(file.path(), 0, "missing general.architecture");
   auto it = registry().find(*arch);
   if (it == registry().end()) throw LoadError(file.path(), 0, "unsupported architecture '" + *arch + "'");
-  return it->second(file, backend);
+  return it->second(file, backend, precision);
 }
 
 std::vector<std::string> known_architectures() {

@@ -16,12 +16,13 @@ fi
 ninja -C "$BUILD" tools/fuzz_gguf
 
 mkdir -p "$WORK/corpus" "$WORK/seeds" "$WORK/crashes"
-# Seeds: the start of the real model (its real keys and strings) and small valid
-# files with every value type, both versions, a custom alignment and each tensor type.
-[ -f "$MODEL" ] && head -c 16384 "$MODEL" > "$WORK/seeds/model-header.gguf"
-python3 - "$WORK/seeds" <<'PY'
-import struct, sys
-out = sys.argv[1]
+# Seeds: the real model's header (its metadata up to the first big array, made a
+# valid file, and its first 16 KiB as they are) and small valid files with every
+# value type, both versions, a custom alignment and each tensor type.
+[ -f "$MODEL" ] && head -c 16384 "$MODEL" > "$WORK/seeds/model-prefix.gguf"
+python3 - "$WORK/seeds" "$MODEL" <<'PY'
+import os, struct, sys
+out, model = sys.argv[1], sys.argv[2]
 U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 FMT = {U8: '<B', I8: '<b', U16: '<H', I16: '<h', U32: '<I', I32: '<i', F32: '<f', BOOL: '<B',
        U64: '<Q', I64: '<q', F64: '<d'}
@@ -59,6 +60,24 @@ seeds = {
     'align64.gguf': gguf([('general.alignment', U32, 64)], [('a', [16], TYPES[0]), ('b', [64, 3], TYPES[4])], align=64),
     'no-tensors.gguf': gguf(every[:1], []),
 }
+if os.path.isfile(model):
+    # Walk the model's metadata and keep every entry before the first large array.
+    with open(model, 'rb') as f:
+        head = f.read(1 << 20)
+    pos, kept = 24, 0
+    def skip(t, pos):
+        if t == STRING: return pos + 8 + struct.unpack_from('<Q', head, pos)[0]
+        if t != ARRAY: return pos + struct.calcsize(FMT[t])
+        et, n = struct.unpack_from('<IQ', head, pos)
+        pos += 12
+        for _ in range(n): pos = skip(et, pos)
+        return pos
+    while kept < struct.unpack_from('<Q', head, 16)[0]:
+        vpos = pos + 8 + struct.unpack_from('<Q', head, pos)[0]
+        t = struct.unpack_from('<I', head, vpos)[0]
+        if t == ARRAY and struct.unpack_from('<Q', head, vpos + 8)[0] > 64: break
+        pos, kept = skip(t, vpos + 4), kept + 1
+    seeds['model-header.gguf'] = head[:8] + struct.pack('<QQ', 0, kept) + head[24:pos]
 for name, b in seeds.items():
     open(f'{out}/{name}', 'wb').write(b)
 PY

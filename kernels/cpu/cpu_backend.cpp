@@ -56,6 +56,7 @@ constexpr int64_t kParallelElems = 1 << 15;  // below this an elementwise op run
 constexpr int kMaxHeadDim = 1024;
 constexpr int kMaxTileTokens = 4;  // tokens of one sequence per attention task
 constexpr int kMaxQueries = 32;    // query vectors (tokens x heads of a kv group) per attention task
+constexpr int64_t kMinSplitPositions = 256;  // a decode's positions are split in slices no shorter
 
 class CpuBackend final : public Backend {
  public:
@@ -201,67 +202,103 @@ class CpuBackend final : public Backend {
       tiles_.back().end = std::max(tiles_.back().end, toks[t].pos + 1);
     }
     // Few tiles over a long context (decode): split the positions too, so every
-    // thread has work, and merge the partial softmax states after.
+    // thread has work. Each slice keeps at least kMinSplitPositions positions.
     const int64_t pairs = static_cast<int64_t>(tiles_.size()) * n_kv;
     int splits = 1;
-    if (pool_.size() > 1 && pairs < 4 * pool_.size())
-      splits = static_cast<int>(std::clamp<int64_t>((4 * pool_.size() + pairs - 1) / pairs, 1, (max_pos + 1) / 256));
-    const int64_t n_tasks = pairs * splits;
+    if (pool_.size() > 1 && pairs < 4 * pool_.size()) {
+      const int64_t want = (4 * pool_.size() + pairs - 1) / pairs;
+      splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, (max_pos + 1) / kMinSplitPositions)));
+    }
     const int max_q = tile_tokens * group;
-    const int64_t part_floats = int64_t(max_q) * (hd + 2);
-    if (part_.size() < static_cast<size_t>(n_tasks * part_floats)) part_.resize(n_tasks * part_floats);
-    if (qbuf_.size() < static_cast<size_t>(pool_.size() * max_q * hd)) qbuf_.resize(pool_.size() * max_q * hd);
-    auto partial = [&](int64_t task) {
-      float* b = part_.data() + task * part_floats;
-      return cpu::AttnPartial{b, b + int64_t(max_q) * hd, b + int64_t(max_q) * (hd + 1)};
-    };
+    const int64_t ld = max_pos + 1;  // a score row holds every position
+    const bool round_probs = kv.type == DType::F16;
     // Query i of a tile is token first + i / group, head kv_head * group + i % group.
     auto out_row = [&](const Tile& tile, int kvh, int i) {
       return out + ((tile.first + i / group) * n_heads + int64_t(kvh) * group + i % group) * hd;
     };
+    // The tile's queries, rounded to the cache's precision as the reference does.
+    auto gather_q = [&](const Tile& tile, int kvh, float* qg) {
+      for (int i = 0; i < tile.n * group; ++i) {
+        const float* src = q + ((tile.first + i / group) * n_heads + int64_t(kvh) * group + i % group) * hd;
+        for (int d = 0; d < hd; ++d) qg[int64_t(i) * hd + d] = round_probs ? fp16_to_fp32(fp32_to_fp16(src[d])) : src[d];
+      }
+    };
+    // Softmax of each query's causal part of its score row (the rest is zeroed).
+    auto softmax = [&](const Tile& tile, float* s) {
+      for (int i = 0; i < tile.n * group; ++i) {
+        float* row = s + i * ld;
+        const int64_t n = toks[tile.first + i / group].pos + 1;
+        const double sum = k_.softmax_exp(row, n);
+        k_.scale_probs(row, n, static_cast<float>(1.0 / sum), round_probs);
+        std::fill(row + n, row + tile.end, 0.0f);
+      }
+    };
+    if (qbuf_.size() < static_cast<size_t>(pool_.size() * max_q * hd)) qbuf_.resize(pool_.size() * max_q * hd);
 
-    pool_.parallel_for(n_tasks, [&](int64_t task, int thread) {
+    if (splits == 1) {
+      // One task per (tile, kv head) does it all, with its score rows in per-thread scratch.
+      if (scores_.size() < static_cast<size_t>(pool_.size() * max_q * ld)) scores_.resize(pool_.size() * max_q * ld);
+      if (part_.size() < static_cast<size_t>(pool_.size() * max_q * hd)) part_.resize(pool_.size() * max_q * hd);
+      pool_.parallel_for(pairs, [&](int64_t pair, int thread) {
+        const Tile& tile = tiles_[pair / n_kv];
+        const int kvh = static_cast<int>(pair % n_kv), nq = tile.n * group;
+        float* qg = qbuf_.data() + int64_t(thread) * max_q * hd;
+        float* s = scores_.data() + int64_t(thread) * max_q * ld;
+        gather_q(tile, kvh, qg);
+        k_.attn_scores(kv, toks[tile.first].block_table, 0, tile.end, qg, nq, kvh, scale, s, ld);
+        softmax(tile, s);
+        float* acc = part_.data() + int64_t(thread) * max_q * hd;
+        std::fill(acc, acc + int64_t(nq) * hd, 0.0f);
+        k_.attn_values(kv, toks[tile.first].block_table, 0, tile.end, s, ld, nq, kvh, acc);
+        for (int i = 0; i < nq; ++i) std::copy(acc + int64_t(i) * hd, acc + int64_t(i + 1) * hd, out_row(tile, kvh, i));
+      });
+      return;
+    }
+
+    // Split: scores of every slice, the softmax of whole rows, then each slice's
+    // share of the weighted V sum, added up per query.
+    if (scores_.size() < static_cast<size_t>(pairs * max_q * ld)) scores_.resize(pairs * max_q * ld);
+    const int64_t acc_floats = int64_t(max_q) * hd;
+    if (part_.size() < static_cast<size_t>(pairs * splits * acc_floats)) part_.resize(pairs * splits * acc_floats);
+    auto slice = [&](const Tile& tile, int split, int32_t* p0, int32_t* p1) {
+      *p0 = static_cast<int32_t>(int64_t(tile.end) * split / splits);
+      *p1 = static_cast<int32_t>(int64_t(tile.end) * (split + 1) / splits);
+    };
+    pool_.parallel_for(pairs * splits, [&](int64_t task, int thread) {
       const int64_t pair = task / splits;
       const Tile& tile = tiles_[pair / n_kv];
-      const int kvh = static_cast<int>(pair % n_kv), split = static_cast<int>(task % splits);
-      const int32_t p0 = static_cast<int32_t>(int64_t(tile.end) * split / splits);
-      const int32_t p1 = static_cast<int32_t>(int64_t(tile.end) * (split + 1) / splits);
-      const int nq = tile.n * group;
+      const int kvh = static_cast<int>(pair % n_kv);
+      int32_t p0, p1;
+      slice(tile, static_cast<int>(task % splits), &p0, &p1);
       float* qg = qbuf_.data() + int64_t(thread) * max_q * hd;
-      int32_t end[kMaxQueries];
-      for (int i = 0; i < nq; ++i) {
-        const int64_t t = tile.first + i / group;
-        end[i] = toks[t].pos + 1;
-        // The reference rounds q to the cache's precision before the dot products.
-        const float* src = q + (t * n_heads + int64_t(kvh) * group + i % group) * hd;
-        for (int d = 0; d < hd; ++d)
-          qg[int64_t(i) * hd + d] = kv.type == DType::F16 ? fp16_to_fp32(fp32_to_fp16(src[d])) : src[d];
-      }
-      const cpu::AttnPartial part = partial(task);
-      k_.attend(kv, toks[tile.first].block_table, p0, p1, qg, end, nq, kvh, scale, part);
-      if (splits == 1)
-        for (int i = 0; i < nq; ++i) normalize(part, i, hd, out_row(tile, kvh, i));
+      gather_q(tile, kvh, qg);
+      k_.attn_scores(kv, toks[tile.first].block_table, p0, p1, qg, tile.n * group, kvh, scale,
+                     scores_.data() + pair * max_q * ld + p0, ld);
     });
-    if (splits == 1) return;
-    // Combine each query's slices into slice 0, then normalize.
+    pool_.parallel_for(pairs, [&](int64_t pair, int) {
+      softmax(tiles_[pair / n_kv], scores_.data() + pair * max_q * ld);
+    });
+    pool_.parallel_for(pairs * splits, [&](int64_t task, int) {
+      const int64_t pair = task / splits;
+      const Tile& tile = tiles_[pair / n_kv];
+      const int kvh = static_cast<int>(pair % n_kv);
+      int32_t p0, p1;
+      slice(tile, static_cast<int>(task % splits), &p0, &p1);
+      float* acc = part_.data() + task * acc_floats;
+      std::fill(acc, acc + acc_floats, 0.0f);
+      k_.attn_values(kv, toks[tile.first].block_table, p0, p1, scores_.data() + pair * max_q * ld + p0, ld,
+                     tile.n * group, kvh, acc);
+    });
     for (int64_t pair = 0; pair < pairs; ++pair) {
       const Tile& tile = tiles_[pair / n_kv];
       const int kvh = static_cast<int>(pair % n_kv);
-      const cpu::AttnPartial first = partial(pair * splits);
       for (int i = 0; i < tile.n * group; ++i) {
-        float m = -INFINITY;
-        for (int s = 0; s < splits; ++s) m = std::max(m, partial(pair * splits + s).m[i]);
-        float* acc = first.acc + int64_t(i) * hd;
-        float l = 0;
-        for (int s = 0; s < splits; ++s) {
-          const cpu::AttnPartial p = partial(pair * splits + s);
-          const float w = p.l[i] > 0 ? std::exp(p.m[i] - m) : 0.0f;
-          l += p.l[i] * w;
-          const float* src = p.acc + int64_t(i) * hd;
-          for (int d = 0; d < hd; ++d) acc[d] = s == 0 ? acc[d] * w : acc[d] + src[d] * w;
+        float* o = out_row(tile, kvh, i);
+        for (int d = 0; d < hd; ++d) {
+          float sum = 0;
+          for (int sp = 0; sp < splits; ++sp) sum += part_[(pair * splits + sp) * acc_floats + int64_t(i) * hd + d];
+          o[d] = sum;
         }
-        first.l[i] = l;
-        normalize(first, i, hd, out_row(tile, kvh, i));
       }
     }
   }
@@ -297,11 +334,6 @@ class CpuBackend final : public Backend {
     });
   }
 
-  static void normalize(const cpu::AttnPartial& p, int i, int hd, float* out) {
-    const float inv = p.l[i] > 0 ? 1.0f / p.l[i] : 0.0f;
-    for (int d = 0; d < hd; ++d) out[d] = p.acc[int64_t(i) * hd + d] * inv;
-  }
-
   struct Tile {
     int64_t first;  // first token
     int n;          // tokens
@@ -311,7 +343,7 @@ class CpuBackend final : public Backend {
   const cpu::KernelTable& k_;
   ThreadPool pool_;
   std::vector<cpu::ActTile> act_;
-  std::vector<float> part_, qbuf_;
+  std::vector<float> part_, qbuf_, scores_;
   std::vector<Tile> tiles_;
 };
 

@@ -1,5 +1,6 @@
 // Choosing the CPU backend's instruction set explicitly (tests, benchmarks);
-// make_cpu_backend(threads) picks the best one the CPU supports.
+// make_cpu_backend(threads) picks the best one the CPU supports. A CPU backend
+// keeps scratch buffers between calls: use it from one thread at a time.
 #pragma once
 #include <memory>
 

@@ -26,14 +26,6 @@ struct ActTile {
   int8_t q[kActTileTokens][32];
 };
 
-// Partial softmax state of the queries of an attention task over a slice of
-// positions, merged across slices by the backend.
-struct AttnPartial {
-  float* acc;  // [nq][head_dim]: sum of exp(s - m) * v
-  float* m;    // [nq]: running max score (-inf while nothing was seen)
-  float* l;    // [nq]: sum of exp(s - m)
-};
-
 struct KernelTable {
   const char* isa;  // "scalar", "avx2"
 
@@ -51,14 +43,24 @@ struct KernelTable {
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
   void (*add)(float* y, const float* x, int64_t n);
 
-  // Attention of nq query vectors (q: [nq][head_dim], already rounded to the
-  // cache's precision) that read kv head `kv_head` through one block table:
-  // query i sees positions [p0, min(p1, end[i])). Fills `out` with the
-  // unnormalized partial state. Queries that share K/V rows (the heads of a kv
-  // group, the tokens of one sequence) are passed together so each row is read
-  // once for all of them.
-  void (*attend)(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
-                 const int32_t* end, int nq, int kv_head, float scale, const AttnPartial& out);
+  // Attention, in the reference's order of operations: scores, softmax over
+  // each query's whole row, probabilities rounded to the cache's precision,
+  // then the weighted sum of V. Queries that read the same K/V rows (the heads
+  // of a kv group, the tokens of one sequence) are passed together so each row
+  // is loaded once for all of them.
+  //
+  // s[i * ld + p - p0] = scale * q_i . k_p for positions [p0, p1) of kv head
+  // `kv_head` through the block table; q: [nq][head_dim], already rounded to the
+  // cache's precision.
+  void (*attn_scores)(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
+                      int nq, int kv_head, float scale, float* s, int64_t ld);
+  // s[j] = exp(s[j] - max(s)) for j < n; returns the sum, accumulated in double.
+  double (*softmax_exp)(float* s, int64_t n);
+  // s[j] *= inv, then rounded to f16 when `to_f16`.
+  void (*scale_probs)(float* s, int64_t n, float inv, bool to_f16);
+  // acc[i][:] += sum over positions p in [p0, p1) of w[i * ld + p - p0] * v_p.
+  void (*attn_values)(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* w,
+                      int64_t ld, int nq, int kv_head, float* acc);
 };
 
 // The portable table: the fallback and the reference the SIMD tables are tested against.

@@ -112,6 +112,11 @@ struct Q4_0W {
   static __m256i dot(const Reg& w, __m256i a) { return dot_u8_i8(w.q, a); }
   // {d, k} as floats: for Q4_0 k is d itself.
   static __m128 scales(const Block* b) { return _mm_cvtph_ps(_mm_set1_epi16(static_cast<short>(b->d))); }
+  // {d0, k0, d1, k1} of two blocks.
+  static __m128 scales2(const Block* b0, const Block* b1) {
+    const int d0 = b0->d * 0x10001, d1 = b1->d * 0x10001;
+    return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(d0), d1, 1));
+  }
 };
 
 struct Q4_1W {
@@ -128,6 +133,12 @@ struct Q4_1W {
     int dm;
     __builtin_memcpy(&dm, b, 4);
     return _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
+  }
+  static __m128 scales2(const Block* b0, const Block* b1) {
+    int dm0, dm1;
+    __builtin_memcpy(&dm0, b0, 4);
+    __builtin_memcpy(&dm1, b1, 4);
+    return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(dm0), dm1, 1));
   }
 };
 
@@ -209,10 +220,60 @@ void matvec_tile(const uint8_t* rows, size_t stride, const ActTile* x, int64_t n
   }
 }
 
+// One token against two rows of 4-bit weights at a time: both rows' 16 bytes
+// share one register, so unpacking costs half as much per row. Low and high
+// nibbles keep separate float accumulators, so every lane sums exactly what
+// matvec_tile's lanes do (and the reference's): the same result, bit for bit.
+template <class W, int P>
+void matvec_nibbles_tile(const uint8_t* rows, size_t stride, const ActTile* x, int64_t nb, float* y) {
+  __m256 acc_lo[P], acc_hi[P];
+  __m128 corr[P];
+  for (int p = 0; p < P; ++p) acc_lo[p] = acc_hi[p] = _mm256_setzero_ps(), corr[p] = _mm_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);  // row 0's scale to lanes 0-3, row 1's to 4-7
+  for (int64_t b = 0; b < nb; ++b) {
+    const ActTile& a = x[b];
+    const __m256i a_lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.q[0])));
+    const __m256i a_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.q[0] + 16)));
+    const __m128 adc = _mm_unpacklo_ps(_mm_load_ss(&a.d[0]), _mm_load_ss(&a.c[0]));
+    const __m128 adc2 = _mm_movelh_ps(adc, adc);
+    for (int p = 0; p < P; ++p) {
+      const auto* b0 = reinterpret_cast<const typename W::Block*>(rows + 2 * p * stride) + b;
+      const auto* b1 = reinterpret_cast<const typename W::Block*>(rows + (2 * p + 1) * stride) + b;
+      const __m256i q = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0->qs))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1->qs)), 1);
+      const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      const __m128 sc = _mm_mul_ps(W::scales2(b0, b1), adc2);  // {d0 da, k0 c, d1 da, k1 c}
+      const __m256 scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), spread);
+      const __m256i dlo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), ones);
+      const __m256i dhi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), ones);
+      acc_lo[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dlo), scale, acc_lo[p]);
+      acc_hi[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dhi), scale, acc_hi[p]);
+      corr[p] = _mm_add_ps(corr[p], sc);
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    // Row r's 8 lanes are its halves of acc_lo and acc_hi, summed like hsum().
+    alignas(16) float c[4];
+    _mm_store_ps(c, corr[p]);
+    for (int r = 0; r < 2; ++r) {
+      const __m128 lo = r ? _mm256_extractf128_ps(acc_lo[p], 1) : _mm256_castps256_ps128(acc_lo[p]);
+      const __m128 hi = r ? _mm256_extractf128_ps(acc_hi[p], 1) : _mm256_castps256_ps128(acc_hi[p]);
+      __m128 v = _mm_add_ps(lo, hi);
+      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+      v = _mm_add_ss(v, _mm_movehdup_ps(v));
+      y[2 * p + r] = _mm_cvtss_f32(v) + c[2 * r + 1];
+    }
+  }
+}
+
 constexpr int kTileRows = 2;    // weight rows per tile in batched matmuls
-constexpr int kMatvecRows = 2;  // weight rows per tile for a single token
-// A matvec streams the weights once; asking for them this far ahead of use
-// (measured: +30% over the hardware prefetcher alone) hides the memory latency.
+constexpr int kMatvecRows = 2;         // weight rows per tile for a single token (Q8_0)
+constexpr int kMatvecRowsNibbles = 4;  // the same for the 4-bit types: two row pairs
+// A matvec streams the weights once; asking for the tile after next this far
+// ahead of use (measured: +30% over the hardware prefetcher alone) hides the
+// memory latency.
 constexpr size_t kPrefetchBytes = 1024;
 // Batched matmuls walk the rows in blocks of about this many weight bytes, which
 // stay in L1 while every token tile passes over them.
@@ -240,13 +301,17 @@ void quant_matmul_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens
   const int64_t nb = w.cols / kQuantBlock;
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (n_tokens == 1) {
+    constexpr int rows = W::has_k ? kMatvecRowsNibbles : kMatvecRows;
+    const size_t tile_bytes = rows * w.row_stride;
     int64_t r = r0;
-    const size_t tile_bytes = kMatvecRows * w.row_stride;
-    for (; r + kMatvecRows <= r1; r += kMatvecRows) {
-      const uint8_t* ahead = base + r * w.row_stride + kPrefetchBytes;
+    for (; r + rows <= r1; r += rows) {
+      const uint8_t* tile = base + r * w.row_stride;
       for (size_t off = 0; off < tile_bytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
-      matvec_tile<W, kMatvecRows>(base + r * w.row_stride, w.row_stride, xq, nb, y + r);
+        _mm_prefetch(reinterpret_cast<const char*>(tile + tile_bytes + kPrefetchBytes + off), _MM_HINT_T0);
+      if constexpr (W::has_k)  // the 4-bit types
+        matvec_nibbles_tile<W, rows / 2>(tile, w.row_stride, xq, nb, y + r);
+      else
+        matvec_tile<W, rows>(tile, w.row_stride, xq, nb, y + r);
     }
     for (; r < r1; ++r) matvec_tile<W, 1>(base + r * w.row_stride, w.row_stride, xq, nb, y + r);
     return;
@@ -405,9 +470,8 @@ void add(float* y, const float* x, int64_t n) {
 
 // ---- attention ----------------------------------------------------------------
 
-constexpr int kChunk = 32;             // positions per step; their K and V rows stay in L1
-constexpr int kMaxFastHeadDim = 256;   // larger heads take the scalar path
-constexpr int kMaxQueries = 32;        // queries per call handled at once
+constexpr int kChunk = 32;            // positions per step; their K or V rows stay in L1
+constexpr int kMaxFastHeadDim = 256;  // larger heads take the scalar path
 
 inline __m256 load_kv(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load_kv(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -420,17 +484,17 @@ inline void to_float(const uint16_t* src, float* dst, int n) {
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
 }
 
-// Scores of Q queries against positions [0, n) of the chunk (rows past n repeat
-// a valid row; the caller masks them): tiles of Q queries x P positions so each
-// q and k load feeds several FMAs, with one reduction per four scores.
+// Scores of Q queries against the n rows of a chunk, in tiles of Q queries x P
+// positions so each q and k load feeds several FMAs, with one reduction per four
+// scores. Rows past n repeat a valid row; their scores are not stored.
 template <int Q, int P, class T>
-void chunk_scores(const float* q, int hd, const T* const* krow, int n, float scale, float (*s)[kChunk]) {
-  static_assert(Q * P % 4 == 0 || Q * P < 4, "scores are reduced four at a time");
+void chunk_scores(const float* q, int hd, const T* const* krow, int n, float scale, float* s, int64_t ld) {
+  static_assert(Q * P % 4 == 0, "scores are reduced four at a time");
   for (int j = 0; j < n; j += P) {
     const T* k[P];
     for (int u = 0; u < P; ++u) k[u] = krow[j + u < n ? j + u : n - 1];
-    __m256 acc[Q * P + 3];  // + room to pad the last reduction
-    for (int x = 0; x < Q * P + 3; ++x) acc[x] = _mm256_setzero_ps();
+    __m256 acc[Q * P];
+    for (int x = 0; x < Q * P; ++x) acc[x] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
       __m256 kv[P];
       for (int u = 0; u < P; ++u) kv[u] = load_kv(k[u] + d);
@@ -442,150 +506,161 @@ void chunk_scores(const float* q, int hd, const T* const* krow, int n, float sca
     for (int x = 0; x < Q * P; x += 4) {
       alignas(16) float r[4];
       _mm_store_ps(r, _mm_mul_ps(hsum4(acc[x], acc[x + 1], acc[x + 2], acc[x + 3]), _mm_set1_ps(scale)));
-      for (int y = 0; y < 4 && x + y < Q * P; ++y) s[(x + y) / P][j + (x + y) % P] = r[y];
+      for (int y = 0; y < 4; ++y)
+        if (j + (x + y) % P < n) s[((x + y) / P) * ld + j + (x + y) % P] = r[y];
     }
   }
 }
 
-// acc[a] += sum_j p[a][j] * v_j for Q queries, one 8-wide column at a time so
+template <class T>
+void chunk_scores_all(const float* q, int nq, int hd, const T* const* krow, int n, float scale, float* s,
+                      int64_t ld) {
+  switch (nq) {  // one pass for decode-sized groups
+    case 4: return chunk_scores<4, 2>(q, hd, krow, n, scale, s, ld);
+    case 3: return chunk_scores<3, 4>(q, hd, krow, n, scale, s, ld);
+    default: break;
+  }
+  int i = 0;
+  for (; i + 2 <= nq; i += 2) chunk_scores<2, 4>(q + int64_t(i) * hd, hd, krow, n, scale, s + i * ld, ld);
+  if (i < nq) chunk_scores<1, 4>(q + int64_t(i) * hd, hd, krow, n, scale, s + i * ld, ld);
+}
+
+// acc[u] += sum_j w[u][j] * v_j for Q queries, one 8-wide column at a time so
 // the Q partial sums stay in registers across the chunk.
 template <int Q, class T>
-void chunk_values(const float (*p)[kChunk], const T* const* vrow, int n, int hd, float* acc) {
+void chunk_values(const float* w, int64_t ld, const T* const* vrow, int n, int hd, float* acc) {
   for (int d = 0; d < hd; d += 8) {
     __m256 a[Q];
     for (int u = 0; u < Q; ++u) a[u] = _mm256_loadu_ps(acc + u * hd + d);
     for (int j = 0; j < n; ++j) {
       const __m256 v = load_kv(vrow[j] + d);
-      for (int u = 0; u < Q; ++u) a[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[u][j]), v, a[u]);
+      for (int u = 0; u < Q; ++u) a[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + u * ld + j), v, a[u]);
     }
     for (int u = 0; u < Q; ++u) _mm256_storeu_ps(acc + u * hd + d, a[u]);
   }
 }
 
-// Runs the score and value passes over all nq queries with rows of type T.
 template <class T>
-void chunk_scores_all(const float* q, int nq, int hd, const T* const* krow, int n, float scale,
-                      float (*s)[kChunk]) {
+void chunk_values_all(const float* w, int64_t ld, int nq, const T* const* vrow, int n, int hd, float* acc) {
   int i = 0;
-  switch (nq) {  // one pass for decode-sized groups
-    case 4: return chunk_scores<4, 2>(q, hd, krow, n, scale, s);
-    case 3: return chunk_scores<3, 4>(q, hd, krow, n, scale, s);
-    default: break;
-  }
-  for (; i + 2 <= nq; i += 2) chunk_scores<2, 4>(q + int64_t(i) * hd, hd, krow, n, scale, s + i);
-  if (i < nq) chunk_scores<1, 4>(q + int64_t(i) * hd, hd, krow, n, scale, s + i);
-}
-
-template <class T>
-void chunk_values_all(const float (*p)[kChunk], int nq, const T* const* vrow, int n, int hd, float* acc) {
-  int i = 0;
-  for (; i + 4 <= nq; i += 4) chunk_values<4>(p + i, vrow, n, hd, acc + int64_t(i) * hd);
+  for (; i + 4 <= nq; i += 4) chunk_values<4>(w + i * ld, ld, vrow, n, hd, acc + int64_t(i) * hd);
   switch (nq - i) {
-    case 3: return chunk_values<3>(p + i, vrow, n, hd, acc + int64_t(i) * hd);
-    case 2: return chunk_values<2>(p + i, vrow, n, hd, acc + int64_t(i) * hd);
-    case 1: return chunk_values<1>(p + i, vrow, n, hd, acc + int64_t(i) * hd);
+    case 3: return chunk_values<3>(w + i * ld, ld, vrow, n, hd, acc + int64_t(i) * hd);
+    case 2: return chunk_values<2>(w + i * ld, ld, vrow, n, hd, acc + int64_t(i) * hd);
+    case 1: return chunk_values<1>(w + i * ld, ld, vrow, n, hd, acc + int64_t(i) * hd);
     default: return;
   }
 }
 
-template <class T>
-void attend_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
-                  const int32_t* end, int nq, int kv_head, float scale, const AttnPartial& out) {
+// Walks [p0, p1) in chunks, handing fn the chunk's rows of `base` (K or V) for
+// kv head `kv_head`: as stored, or converted to float once when more than four
+// queries will read each row.
+template <class T, class Fn>
+void for_each_chunk(const KvLayerView& kv, const void* base, const int32_t* block_table, int32_t p0, int32_t p1,
+                    int kv_head, int nq, Fn&& fn) {
   const int hd = kv.head_dim;
-  const int64_t slot_elems = int64_t(kv.n_kv_heads) * hd;
-  int32_t last = p0;
-  for (int i = 0; i < nq; ++i) {
-    out.m[i] = -__builtin_inff();
-    out.l[i] = 0;
-    for (int d = 0; d < hd; ++d) out.acc[int64_t(i) * hd + d] = 0;
-    const int32_t e = end[i] < p1 ? end[i] : p1;
-    last = e > last ? e : last;
-  }
-  // With more than four queries each row is read several times: convert the
-  // chunk to float once. Otherwise read the cache's rows directly.
   const bool convert = sizeof(T) != sizeof(float) && nq > 4;
-  alignas(32) float kbuf[kChunk * kMaxFastHeadDim];
-  alignas(32) float vbuf[kChunk * kMaxFastHeadDim];
-  alignas(32) float s[kMaxQueries][kChunk];
-  const T* krow[kChunk];
-  const T* vrow[kChunk];
-  const float* kf[kChunk];
-  const float* vf[kChunk];
-  for (int32_t c0 = p0; c0 < last; c0 += kChunk) {
-    const int n = last - c0 < kChunk ? last - c0 : kChunk;
-    // The chunk's K and V rows as floats, converted once for all queries.
+  alignas(32) float buf[kChunk * kMaxFastHeadDim];
+  const T* rows[kChunk];
+  const float* frows[kChunk];
+  for (int32_t c0 = p0; c0 < p1; c0 += kChunk) {
+    const int n = p1 - c0 < kChunk ? p1 - c0 : kChunk;
     for (int j = 0; j < n; ++j) {
       const int32_t pos = c0 + j;
       const int64_t slot = int64_t(block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
-      const T* k = static_cast<const T*>(kv.k) + slot * slot_elems + int64_t(kv_head) * hd;
-      const T* v = static_cast<const T*>(kv.v) + slot * slot_elems + int64_t(kv_head) * hd;
-      krow[j] = k;
-      vrow[j] = v;
+      rows[j] = static_cast<const T*>(base) + (slot * kv.n_kv_heads + kv_head) * hd;
       if (convert) {
-        to_float(k, kbuf + j * hd, hd);
-        to_float(v, vbuf + j * hd, hd);
-        kf[j] = kbuf + j * hd;
-        vf[j] = vbuf + j * hd;
+        to_float(rows[j], buf + j * hd, hd);
+        frows[j] = buf + j * hd;
       }
     }
     if (convert)
-      chunk_scores_all(q, nq, hd, kf, n, scale, s);
+      fn(c0 - p0, n, frows);
     else
-      chunk_scores_all(q, nq, hd, krow, n, scale, s);
-    int i;
-
-    // Online softmax per query over its causal part of the chunk.
-    const int n8 = (n + 7) & ~7;
-    int n_max = 0;
-    for (i = 0; i < nq; ++i) {
-      const int32_t e = end[i] < p1 ? end[i] : p1;
-      const int ni = e - c0 < 0 ? 0 : (e - c0 > n ? n : e - c0);
-      float* si = s[i];
-      if (ni == 0) {
-        for (int j = 0; j < n8; ++j) si[j] = 0;
-        continue;
-      }
-      n_max = ni > n_max ? ni : n_max;
-      float mx = si[0];
-      for (int j = 1; j < ni; ++j) mx = si[j] > mx ? si[j] : mx;
-      float* acc = out.acc + int64_t(i) * hd;
-      if (mx > out.m[i]) {  // a new maximum: rescale what was summed so far
-        const __m256 alpha = _mm256_set1_ps(expf(out.m[i] - mx));
-        for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), alpha));
-        out.l[i] *= _mm256_cvtss_f32(alpha);
-        out.m[i] = mx;
-      }
-      const __m256 mv = _mm256_set1_ps(out.m[i]);
-      __m256 sum = _mm256_setzero_ps();
-      for (int j = 0; j < n8; j += 8) {
-        const __m256 e8 = exp256(_mm256_sub_ps(_mm256_load_ps(si + j), mv));
-        _mm256_store_ps(si + j, e8);
-      }
-      for (int j = ni; j < n8; ++j) si[j] = 0;  // past the causal end, or padding
-      for (int j = 0; j < n8; j += 8) sum = _mm256_add_ps(sum, _mm256_load_ps(si + j));
-      out.l[i] += hsum(sum);
-    }
-    if (convert)
-      chunk_values_all(s, nq, vf, n_max, hd, out.acc);
-    else
-      chunk_values_all(s, nq, vrow, n_max, hd, out.acc);
+      fn(c0 - p0, n, rows);
   }
 }
 
-void attend(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
-            const int32_t* end, int nq, int kv_head, float scale, const AttnPartial& out) {
-  if (kv.head_dim % 8 != 0 || kv.head_dim > kMaxFastHeadDim || nq > kMaxQueries)
-    return kScalarKernels.attend(kv, block_table, p0, p1, q, end, nq, kv_head, scale, out);
+template <class T>
+void attn_scores_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
+                       int nq, int kv_head, float scale, float* s, int64_t ld) {
+  for_each_chunk<T>(kv, kv.k, block_table, p0, p1, kv_head, nq, [&](int j0, int n, const auto* rows) {
+    chunk_scores_all(q, nq, kv.head_dim, rows, n, scale, s + j0, ld);
+  });
+}
+
+template <class T>
+void attn_values_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* w,
+                       int64_t ld, int nq, int kv_head, float* acc) {
+  for_each_chunk<T>(kv, kv.v, block_table, p0, p1, kv_head, nq, [&](int j0, int n, const auto* rows) {
+    chunk_values_all(w + j0, ld, nq, rows, n, kv.head_dim, acc);
+  });
+}
+
+void attn_scores(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q, int nq,
+                 int kv_head, float scale, float* s, int64_t ld) {
+  if (kv.head_dim % 8 != 0 || kv.head_dim > kMaxFastHeadDim)
+    return kScalarKernels.attn_scores(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
   if (kv.type == DType::F16)
-    attend_typed<uint16_t>(kv, block_table, p0, p1, q, end, nq, kv_head, scale, out);
+    attn_scores_typed<uint16_t>(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
   else
-    attend_typed<float>(kv, block_table, p0, p1, q, end, nq, kv_head, scale, out);
+    attn_scores_typed<float>(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
+}
+
+void attn_values(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* w,
+                 int64_t ld, int nq, int kv_head, float* acc) {
+  if (kv.head_dim % 8 != 0 || kv.head_dim > kMaxFastHeadDim)
+    return kScalarKernels.attn_values(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
+  if (kv.type == DType::F16)
+    attn_values_typed<uint16_t>(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
+  else
+    attn_values_typed<float>(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
+}
+
+double softmax_exp(float* s, int64_t n) {
+  __m256 mx8 = _mm256_set1_ps(-__builtin_inff());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(s + j));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx8), _mm256_extractf128_ps(mx8, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  float mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  for (int64_t k = j; k < n; ++k) mx = s[k] > mx ? s[k] : mx;
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256d sum0 = _mm256_setzero_pd(), sum1 = _mm256_setzero_pd();
+  for (j = 0; j + 8 <= n; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    _mm256_storeu_ps(s + j, e);
+    sum0 = _mm256_add_pd(sum0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    sum1 = _mm256_add_pd(sum1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  const __m256d sd = _mm256_add_pd(sum0, sum1);
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(sd), _mm256_extractf128_pd(sd, 1));
+  double sum = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+  if (j < n) {  // the tail through the same vector code, padded with -inf
+    alignas(32) float t[8];
+    for (int k = 0; k < 8; ++k) t[k] = j + k < n ? s[j + k] : -__builtin_inff();
+    _mm256_store_ps(t, exp256(_mm256_sub_ps(_mm256_load_ps(t), mv)));
+    for (int64_t k = j; k < n; ++k) sum += s[k] = t[k - j];
+  }
+  return sum;
+}
+
+void scale_probs(float* s, int64_t n, float inv, bool to_f16) {
+  const __m256 iv = _mm256_set1_ps(inv);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s + j), iv);
+    if (to_f16) p = _mm256_cvtph_ps(_mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_ps(s + j, p);
+  }
+  for (; j < n; ++j) s[j] = to_f16 ? round_to_half(s[j] * inv) : s[j] * inv;
 }
 
 }  // namespace
 
 const KernelTable kAvx2Kernels{
-    "avx2", quantize_act, matmul_quant, matmul_float, rmsnorm_row, silu_mul, add, attend,
+    "avx2",      quantize_act, matmul_quant, matmul_float, rmsnorm_row, silu_mul,
+    add,         attn_scores,  softmax_exp,  scale_probs,  attn_values,
 };
 
 }  // namespace inferd::kernels::cpu

@@ -134,52 +134,71 @@ inline float kv_value(const float* p, int i) { return p[i]; }
 inline float kv_value(const uint16_t* p, int i) { return fp16_to_fp32(p[i]); }
 
 template <class T>
-void attend_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
-                  const int32_t* end, int nq, int kv_head, float scale, const AttnPartial& out) {
+const T* kv_row(const KvLayerView& kv, const void* base, const int32_t* block_table, int32_t pos, int kv_head) {
+  const int64_t slot = int64_t(block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
+  return static_cast<const T*>(base) + (slot * kv.n_kv_heads + kv_head) * kv.head_dim;
+}
+
+template <class T>
+void attn_scores_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
+                       int nq, int kv_head, float scale, float* s, int64_t ld) {
   const int hd = kv.head_dim;
-  const int64_t slot_elems = int64_t(kv.n_kv_heads) * hd;
-  auto at = [&](const void* base, int32_t pos) {
-    const int64_t slot = int64_t(block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
-    return static_cast<const T*>(base) + slot * slot_elems + int64_t(kv_head) * hd;
-  };
-  for (int g = 0; g < nq; ++g) {
-    const float* qg = q + int64_t(g) * hd;
-    float* acc = out.acc + int64_t(g) * hd;
-    float m = -INFINITY, l = 0;
-    std::fill(acc, acc + hd, 0.0f);
-    for (int32_t p = p0; p < std::min(p1, end[g]); ++p) {
-      const T* k = at(kv.k, p);
-      float s = 0;
-      for (int i = 0; i < hd; ++i) s += qg[i] * kv_value(k, i);
-      s *= scale;
-      if (s > m) {  // a new maximum: rescale what was summed so far
-        const float alpha = std::exp(m - s);
-        for (int i = 0; i < hd; ++i) acc[i] *= alpha;
-        l *= alpha;
-        m = s;
-      }
-      const float e = std::exp(s - m);
-      const T* v = at(kv.v, p);
-      for (int i = 0; i < hd; ++i) acc[i] += e * kv_value(v, i);
-      l += e;
+  for (int32_t p = p0; p < p1; ++p) {
+    const T* k = kv_row<T>(kv, kv.k, block_table, p, kv_head);
+    for (int i = 0; i < nq; ++i) {
+      float d = 0;
+      for (int c = 0; c < hd; ++c) d += q[int64_t(i) * hd + c] * kv_value(k, c);
+      s[i * ld + (p - p0)] = d * scale;
     }
-    out.m[g] = m;
-    out.l[g] = l;
   }
 }
 
-void attend(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
-            const int32_t* end, int nq, int kv_head, float scale, const AttnPartial& out) {
+void attn_scores(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q, int nq,
+                 int kv_head, float scale, float* s, int64_t ld) {
   if (kv.type == DType::F16)
-    attend_typed<uint16_t>(kv, block_table, p0, p1, q, end, nq, kv_head, scale, out);
+    attn_scores_typed<uint16_t>(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
   else
-    attend_typed<float>(kv, block_table, p0, p1, q, end, nq, kv_head, scale, out);
+    attn_scores_typed<float>(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
+}
+
+double softmax_exp(float* s, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += s[j] = std::exp(s[j] - mx);
+  return sum;
+}
+
+void scale_probs(float* s, int64_t n, float inv, bool to_f16) {
+  for (int64_t j = 0; j < n; ++j) s[j] = to_f16 ? fp16_to_fp32(fp32_to_fp16(s[j] * inv)) : s[j] * inv;
+}
+
+template <class T>
+void attn_values_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* w,
+                       int64_t ld, int nq, int kv_head, float* acc) {
+  const int hd = kv.head_dim;
+  for (int32_t p = p0; p < p1; ++p) {
+    const T* v = kv_row<T>(kv, kv.v, block_table, p, kv_head);
+    for (int i = 0; i < nq; ++i) {
+      const float wi = w[i * ld + (p - p0)];
+      for (int c = 0; c < hd; ++c) acc[int64_t(i) * hd + c] += wi * kv_value(v, c);
+    }
+  }
+}
+
+void attn_values(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* w,
+                 int64_t ld, int nq, int kv_head, float* acc) {
+  if (kv.type == DType::F16)
+    attn_values_typed<uint16_t>(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
+  else
+    attn_values_typed<float>(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
 }
 
 }  // namespace
 
 const KernelTable kScalarKernels{
-    "scalar", quantize_act, matmul_quant, matmul_float, rmsnorm_row, silu_mul, add, attend,
+    "scalar",    quantize_act, matmul_quant, matmul_float, rmsnorm_row, silu_mul,
+    add,         attn_scores,  softmax_exp,  scale_probs,  attn_values,
 };
 
 }  // namespace inferd::kernels::cpu

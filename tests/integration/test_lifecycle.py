@@ -57,7 +57,7 @@ def test_missing_model_fails_naming_the_path(tmp_path):
     port = free_port()
     r = run_inferd(["--host", "127.0.0.1", "--port", str(port), "--model", str(missing)])
     assert r.returncode == 1
-    assert f"cannot open model file {missing}: No such file or directory" in r.stderr
+    assert f"{missing}: offset 0: cannot open: No such file or directory" in r.stderr
     assert "Loading -> Failed" in r.stderr
 
 

@@ -322,8 +322,9 @@ struct TestCache {
     return reinterpret_cast<const float*>(mem.data())[idx];
   }
 
-  // Dense softmax attention in double for query head h of a token at `pos`
-  // reading through block table `bt`.
+  // Dense softmax attention for query head h of a token at `pos` reading through
+  // block table `bt`, in double except where the reference rounds: q and, for an
+  // f16 cache, the normalized probabilities are rounded to f16.
   std::vector<double> reference(const float* q, int n_heads, int h, const int32_t* bt, int pos, float scale) const {
     const int kvh = h / (n_heads / n_kv);
     std::vector<double> s(pos + 1), out(hd, 0.0);
@@ -337,9 +338,14 @@ struct TestCache {
       s[p] = d * scale;
       mx = std::max(mx, s[p]);
     }
-    for (int p = 0; p <= pos; ++p) sum += s[p] = std::exp(s[p] - mx);
-    for (int p = 0; p <= pos; ++p)
-      for (int i = 0; i < hd; ++i) out[i] += s[p] / sum * at(v, bt, p, kvh, i);
+    // Like the reference: float exponentials, their sum in double, a float inverse.
+    std::vector<float> e(pos + 1);
+    for (int p = 0; p <= pos; ++p) sum += e[p] = std::exp(float(s[p] - mx));
+    const float inv = float(1.0 / sum);
+    for (int p = 0; p <= pos; ++p) {
+      const double w = type == DType::F16 ? fp16_to_fp32(fp32_to_fp16(e[p] * inv)) : double(e[p]) * inv;
+      for (int i = 0; i < hd; ++i) out[i] += w * at(v, bt, p, kvh, i);
+    }
     return out;
   }
 };
@@ -378,9 +384,13 @@ TEST_CASE("attention over shuffled blocks matches dense softmax attention") {
             for (int p : {0, 1, 2, 3, 4, 5, 6, 7, 8, 600, 601, 602, 603, 604, 605, 606, 607})
               toks.push_back({c.table.data(), p});
             for (int p : {40, 41, 42}) toks.push_back({other.data(), p});
-            for (bool decode : {false, true}) {
+            // Decode tokens at a short context (one slice) and a long one (split
+            // over positions when there are two threads).
+            for (int decode : {0, 1, 2}) {
               const std::vector<AttnToken> use =
-                  decode ? std::vector<AttnToken>{{c.table.data(), n_pos - 1}} : toks;
+                  decode == 1 ? std::vector<AttnToken>{{c.table.data(), 37}}
+                  : decode == 2 ? std::vector<AttnToken>{{c.table.data(), n_pos - 1}}
+                                : toks;
               const size_t n = use.size();
               const auto q = random_floats(n * n_heads * hd, 41, -2.0f, 2.0f);
               std::vector<float> out(n * n_heads * hd, NAN);
@@ -393,12 +403,39 @@ TEST_CASE("attention over shuffled blocks matches dense softmax attention") {
                   for (int i = 0; i < hd; ++i)
                     worst = std::max(worst, std::fabs(out[(t * n_heads + h) * hd + i] - ref[i]));
                 }
-              CHECK_MESSAGE(worst < 2e-5, be->name(), " heads ", n_heads, "/", n_kv, " threads ", threads, " ",
+              // An f16 probability may round the other way than in the reference
+              // (scores in double there): one f16 step of a probability, 2^-11, times |v| <= 1.
+              const double tol = type == DType::F16 ? 2e-5 + 0x1p-11 : 2e-5;
+              CHECK_MESSAGE(worst < tol, be->name(), " heads ", n_heads, "/", n_kv, " threads ", threads, " ",
                             traits(type).name, " bs ", bs, " decode ", decode, " worst ", worst);
             }
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("attention rounds the probabilities to f16 for an f16 cache, like the reference") {
+  // Three equal scores: p = 1/3 each, which is 0.33325195 in f16. With V = 1000
+  // the output is 3 * 0.33325195 * 1000 = 999.756 rather than 1000.
+  for (auto& be : backends(1)) {
+    for (DType type : {DType::F16, DType::F32}) {
+      const int hd = 8;
+      std::vector<uint8_t> k(16 * hd * row_bytes(type, 1)), v(k.size());
+      int32_t table[1] = {0};
+      const KvLayerView kv{type, k.data(), v.data(), 16, 1, hd};
+      const std::vector<float> zeros(hd, 0.0f), thousands(hd, 1000.0f);
+      for (int p = 0; p < 3; ++p) {
+        const AttnToken tok{table, p};
+        be->kv_store(kv, &tok, 1, zeros.data(), thousands.data());
+      }
+      const std::vector<float> q(hd, 1.0f);
+      std::vector<float> out(hd);
+      const AttnToken tok{table, 2};
+      be->attention(kv, &tok, 1, q.data(), 1, 1.0f, out.data());
+      const double want = type == DType::F16 ? 3 * 1000.0 * fp16_to_fp32(fp32_to_fp16(1.0f / 3)) : 1000.0;
+      CHECK_MESSAGE(std::fabs(out[0] - want) < 1e-3, be->name(), " ", traits(type).name, " got ", out[0]);
     }
   }
 }
