@@ -38,6 +38,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/json_error.hpp"
+#include "daemon/logging.hpp"
 #include "daemon/metrics.hpp"
 
 namespace inferd::daemon {
@@ -448,6 +449,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     auto responder = make_responder();
+    // Log records written while the handler runs carry the request id.
+    ScopedRequestId scoped_id(req.request_id);
     try {
       m.route->handler(req, responder);
     } catch (const HttpError& e) {

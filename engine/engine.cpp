@@ -378,31 +378,28 @@ void Engine::run_step() {
         why = FinishReason::Length;
       }
     }
-    if (why != FinishReason::None) {
+    if (why == FinishReason::None) {
+      deliver(s, std::move(d));
+    } else {
       if (why == FinishReason::Length || eos) d.text += s.stops->push(s.detok->finish()) + s.stops->flush();
-      d.finish = why;
-      d.usage = {s.n_prompt, s.n_generated(), s.cached_tokens};
-      d.e2e_s = std::chrono::duration<double>(now - s.arrival).count();
-      release_blocks(s);
-      s.done = true;
-    }
-    try {
-      s.req.sink(std::move(d));
-    } catch (const std::exception& e) {
-      spdlog::warn("request {}: sink failed: {}", s.req.id, e.what());
+      finish(s, why, {}, std::move(d));
     }
   }
 }
 
-void Engine::finish(Sequence& s, FinishReason why, std::string error) {
+void Engine::finish(Sequence& s, FinishReason why, std::string error, Delta d) {
   if (s.done) return;
-  Delta d;
   d.finish = why;
   d.error = std::move(error);
   d.usage = {s.n_prompt, std::max(0, s.n_generated()), s.cached_tokens};
   d.e2e_s = std::chrono::duration<double>(Clock::now() - s.arrival).count();
   release_blocks(s);
   s.done = true;
+  deliver(s, std::move(d));
+}
+
+void Engine::deliver(Sequence& s, Delta&& d) {
+  // A sink that throws loses its own request, never the scheduler.
   try {
     s.req.sink(std::move(d));
   } catch (const std::exception& e) {

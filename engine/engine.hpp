@@ -147,7 +147,9 @@ class Engine {
   void admit_new();
   bool build_step();
   void run_step();
-  void finish(Sequence& s, FinishReason why, std::string error = {});
+  // Ends s with a final delta (carrying the last token's text, if any) and frees its blocks.
+  void finish(Sequence& s, FinishReason why, std::string error = {}, Delta last = {});
+  void deliver(Sequence& s, Delta&& d);
   void release_blocks(Sequence& s);
   bool ensure_blocks(Sequence& s, int upto_tokens);
   void preempt_one();
