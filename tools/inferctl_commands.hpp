@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/config.hpp"
+
 namespace inferd::tools {
 
 // --key value / --key=value / --flag; positional words kept in order.
@@ -72,14 +74,10 @@ class Args {
   std::map<std::string, std::string> kv_;
 };
 
-// The embedded default model in the cache tools/bootstrap.sh fills.
+// The model to use when none is named: $INFERD_MODEL, else the daemon's default.
 inline std::string default_model_path() {
   if (const char* m = std::getenv("INFERD_MODEL")) return m;
-  std::string cache;
-  if (const char* c = std::getenv("INFERD_CACHE")) cache = c;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME")) cache = std::string(x) + "/inferd";
-  else cache = std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/inferd";
-  return cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return daemon::default_model_path();
 }
 
 int cmd_bench_engine(const Args& args);

@@ -3,15 +3,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "daemon/config.hpp"
+
 namespace test_paths {
 
 inline std::string default_model() {
   if (const char* m = std::getenv("INFERD_MODEL")) return m;
-  std::string cache;
-  if (const char* c = std::getenv("INFERD_CACHE")) cache = c;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME")) cache = std::string(x) + "/inferd";
-  else cache = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") + "/.cache/inferd";
-  return cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return inferd::daemon::default_model_path();
 }
 
 inline std::string source_dir() {
