@@ -1,5 +1,7 @@
 #include "daemon/admin_routes.hpp"
 
+#include "daemon/api_key.hpp"
+
 #include <string>
 
 #include <boost/asio/ip/address.hpp>
@@ -31,7 +33,7 @@ bool is_loopback(std::string_view peer) {
 
 void check_access(const Request& req, const std::string& api_key) {
   if (!api_key.empty()) {
-    if (req.header("Authorization") != "Bearer " + api_key) throw HttpError(401, "admin endpoints need the API key");
+    if (!has_api_key(req, api_key)) throw HttpError(401, "admin endpoints need the API key");
   } else if (!is_loopback(req.peer)) {
     throw HttpError(403, "admin endpoints answer loopback clients only unless an API key is configured");
   }

@@ -1,5 +1,7 @@
 #include "daemon/health_routes.hpp"
 
+#include "daemon/api_key.hpp"
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
@@ -85,8 +87,7 @@ void register_health_routes(HttpServer& http, const Lifecycle& lifecycle, const 
   http.route(
       "GET", "/v1/models",
       [&model, key = options.api_key](const Request& req) {
-        if (!key.empty() && req.header("Authorization") != "Bearer " + key)
-          throw HttpError(401, "a valid API key is required (Authorization: Bearer ...)");
+        require_api_key(req, key);
         boost::json::array data;
         if (auto m = model.get()) {
           data.push_back(boost::json::object{{"id", m->id},

@@ -1,5 +1,7 @@
 #include "daemon/openai_routes.hpp"
 
+#include "daemon/api_key.hpp"
+
 #include <cctype>
 #include <chrono>
 #include <ctime>
@@ -41,24 +43,6 @@ Response error_response(const HttpError& e) {
   return r;
 }
 
-// Takes time that depends only on the expected key's length, so response timing
-// does not reveal how much of a guess was right.
-bool same_secret(std::string_view given, std::string_view expected) {
-  unsigned diff = given.size() != expected.size() ? 1u : 0u;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff |= g ^ static_cast<unsigned char>(expected[i]);
-  }
-  return diff == 0;
-}
-
-bool iequals_prefix(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
-  return true;
-}
-
 // What every handler shares; lives as long as the routes and any request in flight.
 struct ApiContext : std::enable_shared_from_this<ApiContext> {
   ApiContext(const Lifecycle& lifecycle, Metrics& registry, EngineSource source, OpenAiOptions opts)
@@ -75,18 +59,7 @@ struct ApiContext : std::enable_shared_from_this<ApiContext> {
   const OpenAiOptions options;
   EngineMetrics metrics;
 
-  void check_api_key(const Request& req) const {
-    if (options.api_key.empty()) return;
-    std::string_view auth = req.header("Authorization");
-    std::string_view key;
-    if (iequals_prefix(auth, "bearer ")) {
-      key = auth.substr(7);
-      while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
-    }
-    if (!same_secret(key, options.api_key))
-      throw HttpError(401, auth.empty() ? "an API key is required: send \"Authorization: Bearer <key>\""
-                                        : "the API key is not valid");
-  }
+  void check_api_key(const Request& req) const { require_api_key(req, options.api_key); }
 
   void check_model(const std::string& model) const {
     if (!model.empty() && model != options.served_model_name)
