@@ -245,12 +245,13 @@ bool Engine::build_step() {
   auto expired = [&](const Sequence& s) {
     return s.handle->cancelled() || (s.req.deadline && now > *s.req.deadline);
   };
-  for (auto& s : running_)
-    if (expired(*s)) finish(*s, FinishReason::Cancelled);
-  std::erase_if(running_, [](const auto& s) { return s->done; });
-  for (auto& s : waiting_)
-    if (expired(*s)) finish(*s, FinishReason::Cancelled);
-  std::erase_if(waiting_, [](const auto& s) { return s->done; });
+  auto drop_expired = [&](auto& seqs) {
+    for (auto& s : seqs)
+      if (expired(*s)) finish(*s, FinishReason::Cancelled);
+    std::erase_if(seqs, [](const auto& s) { return s->done; });
+  };
+  drop_expired(running_);
+  drop_expired(waiting_);
 
   int budget = opts_.max_num_batched_tokens;
   std::vector<Sequence*> scheduled;

@@ -152,7 +152,6 @@ class Engine {
   void deliver(Sequence& s, Delta&& d);
   void release_blocks(Sequence& s);
   bool ensure_blocks(Sequence& s, int upto_tokens);
-  void preempt_one();
   void register_full_blocks(Sequence& s);
   int reuse_cached_prefix(Sequence& s);
 

@@ -140,9 +140,8 @@ class LlamaModel final : public Model {
     cfg_.vocab = static_cast<int>(emb.dims[1]);
     tok_embd_ = view(emb);
     out_norm_ = f32(f, "output_norm.weight", D);
-    if (const auto* out = f.find_tensor("output.weight")) {
+    if (f.find_tensor("output.weight")) {
       output_ = view(f.tensor("output.weight", {D, cfg_.vocab}));
-      (void)out;
     } else {
       output_ = tok_embd_;
       cfg_.tied_embeddings = true;
