@@ -31,13 +31,17 @@ bool is_loopback(std::string_view peer) {
   return ip.is_loopback();
 }
 
-void check_access(const Request& req, const std::string& api_key) {
+}  // namespace
+
+void check_admin_access(const Request& req, const std::string& api_key) {
   if (!api_key.empty()) {
     if (!has_api_key(req, api_key)) throw HttpError(401, "admin endpoints need the API key");
   } else if (!is_loopback(req.peer)) {
     throw HttpError(403, "admin endpoints answer loopback clients only unless an API key is configured");
   }
 }
+
+namespace {
 
 std::string value_text(const boost::json::value& v) {
   if (v.is_string()) return std::string(v.as_string());
@@ -57,11 +61,11 @@ std::string armed_json() {
 void register_admin_routes(HttpServer& http, const ServerConfig& server) {
   const std::string api_key = server.api_key;
   http.route("GET", "/admin/fault", [api_key](const Request& req) {
-    check_access(req, api_key);
+    check_admin_access(req, api_key);
     return Response::json(200, armed_json());
   });
   http.route("POST", "/admin/fault", [api_key](const Request& req) {
-    check_access(req, api_key);
+    check_admin_access(req, api_key);
     const boost::json::object body = parse_json_object(req.body);
     const auto* name = body.if_contains("name");
     if (name == nullptr || !name->is_string() || name->as_string().empty())

@@ -66,6 +66,17 @@ Key bool_key(std::string_view section, std::string_view name, std::string_view f
           }};
 }
 
+template <class S>
+Key float_key(std::string_view section, std::string_view name, std::string_view flag, S Config::*sec,
+              double S::*field, double lo, double hi, std::string_view help) {
+  return {section, name, flag, Kind::Float, help, [=](Config& c, const Value& v) -> std::string {
+            const double x = std::get<double>(v);
+            if (!(x >= lo && x <= hi)) return fmt::format("must be between {} and {}, got {}", lo, hi, x);
+            (c.*sec).*field = x;
+            return {};
+          }};
+}
+
 // `check` may normalise the string in place; it returns the problem or "".
 template <class S>
 Key string_key(std::string_view section, std::string_view name, std::string_view flag, S Config::*sec,
@@ -149,6 +160,8 @@ const std::vector<Key>& keys() {
               "most sequences in one step"),
       int_key("engine", "max_num_batched_tokens", "max-num-batched-tokens", &C::engine,
               &EngineConfig::max_num_batched_tokens, 1, 1 << 20, "most tokens in one step"),
+      int_key("engine", "max_waiting", "max-waiting", &C::engine, &EngineConfig::max_waiting, 1, 1 << 20,
+              "most requests queued for a step; more answer 429"),
       int_key("engine", "block_size", "block-size", &C::engine, &EngineConfig::block_size, 1, 1024,
               "tokens per KV cache block", power_of_two),
       bool_key("engine", "enable_prefix_caching", "enable-prefix-caching", &C::engine,
@@ -168,11 +181,29 @@ const std::vector<Key>& keys() {
       string_key("log", "level", "log-level", &C::log, &LogConfig::level,
                  "trace, debug, info, warn, error, critical or off", log_level),
       log_target_key(),
+      bool_key("warmup", "enable", "warmup", &C::warmup, &warmup::WarmupOptions::enable,
+               "run the four-phase warm-up before serving"),
+      int_key("warmup", "retries", "warmup-retries", &C::warmup, &warmup::WarmupOptions::retries, 0, 100,
+              "failed warm-ups retried before start-up fails"),
+      float_key("warmup", "retry_delay_s", "", &C::warmup, &warmup::WarmupOptions::retry_delay_s, 0, 3600, ""),
+      float_key("warmup", "phase_timeout_s", "", &C::warmup, &warmup::WarmupOptions::phase_timeout_s, 1, 86400, ""),
+      int_key("warmup", "ramp_max_tokens", "", &C::warmup, &warmup::WarmupOptions::ramp_max_tokens, 1, 1 << 20, ""),
+      int_key("warmup", "burst_requests", "", &C::warmup, &warmup::WarmupOptions::burst_requests, 0, 4096, ""),
+      int_key("warmup", "burst_prompt_tokens", "", &C::warmup, &warmup::WarmupOptions::burst_prompt_tokens, 0,
+              1 << 24, ""),
+      int_key("warmup", "long_requests", "", &C::warmup, &warmup::WarmupOptions::long_requests, 1, 4096, ""),
+      int_key("warmup", "long_prompt_tokens", "", &C::warmup, &warmup::WarmupOptions::long_prompt_tokens, 0, 1 << 24,
+              ""),
+      int_key("warmup", "long_max_tokens", "", &C::warmup, &warmup::WarmupOptions::long_max_tokens, 1, 1 << 20, ""),
+      int_key("warmup", "sustained_prompt_tokens", "", &C::warmup, &warmup::WarmupOptions::sustained_prompt_tokens,
+              1, 1 << 24, ""),
+      int_key("warmup", "sustained_max_tokens", "", &C::warmup, &warmup::WarmupOptions::sustained_max_tokens, 1,
+              1 << 20, ""),
   };
   return table;
 }
 
-constexpr std::string_view kSections[] = {"server", "model", "engine", "parallel", "log"};
+constexpr std::string_view kSections[] = {"server", "model", "engine", "parallel", "log", "warmup"};
 
 const Key* find_key(std::string_view section, std::string_view name) {
   for (const Key& k : keys())
@@ -241,11 +272,11 @@ void apply_toml(Config& cfg, std::string_view text, std::string_view source, Ori
     const auto* table = section_node.as_table();
     if (table == nullptr) {
       throw ConfigError(fmt::format("{}:{}: {}: keys belong in a section ([server], [model], [engine], "
-                                    "[parallel] or [log])",
+                                    "[parallel], [log] or [warmup])",
                                     source, section_key.source().begin.line, section));
     }
     if (std::find(std::begin(kSections), std::end(kSections), section) == std::end(kSections)) {
-      throw ConfigError(fmt::format("{}:{}: [{}]: unknown section (known: server, model, engine, parallel, log)",
+      throw ConfigError(fmt::format("{}:{}: [{}]: unknown section (known: server, model, engine, parallel, log, warmup)",
                                     source, section_key.source().begin.line, section));
     }
     for (auto&& [key, node] : *table) {

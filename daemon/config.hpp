@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "warmup/plan.hpp"
+
 namespace inferd::daemon {
 
 // Bad configuration: the message names the file and line (or the flag) and the key.
@@ -47,6 +49,7 @@ struct EngineConfig {
   int threads = 0;  // 0: every core
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
+  int max_waiting = 256;  // queued requests beyond this answer 429
   int block_size = 16;
   bool enable_prefix_caching = true;
   double gpu_memory_utilization = 0.9;
@@ -75,6 +78,7 @@ struct Config {
   EngineConfig engine;
   ParallelConfig parallel;
   LogConfig log;
+  warmup::WarmupOptions warmup;
   bool operator==(const Config&) const = default;
 
   // The name /v1/models reports: served_model_name, else the model file's name

@@ -18,6 +18,7 @@ engine::EngineOptions engine_options(const Config& cfg) {
   o.max_model_len = static_cast<int>(cfg.model.max_model_len);
   o.max_num_seqs = cfg.engine.max_num_seqs;
   o.max_num_batched_tokens = cfg.engine.max_num_batched_tokens;
+  o.max_waiting = static_cast<size_t>(cfg.engine.max_waiting);
   o.block_size = cfg.engine.block_size;
   o.enable_prefix_caching = cfg.engine.enable_prefix_caching;
   return o;

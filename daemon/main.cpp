@@ -15,6 +15,7 @@
 #include "daemon/daemon.hpp"
 #include "daemon/engine_host.hpp"
 #include "daemon/logging.hpp"
+#include "daemon/warmup_host.hpp"
 #include "engine/fault_points.hpp"
 #include "inferd_config.h"
 
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
   try {
     Daemon daemon(std::move(cfg), std::move(cmd));
     EngineHost engine(daemon);  // destroyed before the daemon: it beats the daemon's heartbeat
+    WarmupHost warmup(daemon, engine);
     return daemon.run();
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());

@@ -10,6 +10,7 @@
 #include "engine/incremental_detokenizer.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/model_registry.hpp"
+#include "kernels/shape_probe.hpp"
 #include "engine/step_heartbeat.hpp"
 #include "engine/stop_matcher.hpp"
 #include "engine/tokenizer.hpp"
@@ -69,7 +70,7 @@ uint64_t block_hash(uint64_t prev, const int32_t* toks, int n) {
 Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts), heartbeat_(heartbeat) {
   backend_ = kernels::make_cpu_backend(opts_.threads);
   file_ = GgufFile::open(opts_.model_path);
-  model_ = load_model(*file_, *backend_);
+  model_ = load_model(*file_, *backend_, precision_);
   tokenizer_ = Tokenizer::from_gguf(*file_);
   chat_ = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*file_, *tokenizer_));
   const auto& mc = model_->config();
@@ -98,6 +99,17 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
 
 Engine::~Engine() { stop(); }
 
+ShapeAxes Engine::shape_axes() const {
+  return engine::shape_axes(opts_.max_num_batched_tokens, opts_.max_num_seqs, max_model_len_);
+}
+
+std::vector<kernels::ShapeKey> Engine::reachable_shape_keys() const {
+  kernels::ShapeRegistry probe;
+  auto be = kernels::make_shape_probe(probe);
+  auto model = load_model(*file_, *be, precision_);
+  return probe_shape_space(*model, probe, kv_->geometry(), shape_axes());
+}
+
 void Engine::stop() {
   {
     std::lock_guard lk(mu_);
@@ -107,7 +119,7 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
+std::unique_ptr<Sequence> Engine::make_sequence(GenerationRequest req) const {
   const int n = static_cast<int>(req.prompt.size());
   if (n == 0) throw InvalidRequest("prompt", "the prompt is empty");
   for (int32_t t : req.prompt)
@@ -129,17 +141,38 @@ std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
   s->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, req.skip_special_tokens);
   s->stops = std::make_unique<StopMatcher>(req.stop);
   s->req = std::move(req);
-  auto handle = s->handle;
+  return s;
+}
+
+std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
+  std::vector<std::unique_ptr<Sequence>> one;
+  one.push_back(make_sequence(std::move(req)));
+  auto handle = one.front()->handle;
+  enqueue(std::move(one), true);
+  return handle;
+}
+
+std::vector<std::shared_ptr<RequestHandle>> Engine::submit_together(std::vector<GenerationRequest> reqs) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (auto& r : reqs) {
+    seqs.push_back(make_sequence(std::move(r)));
+    handles.push_back(seqs.back()->handle);
+  }
+  enqueue(std::move(seqs), false);
+  return handles;
+}
+
+void Engine::enqueue(std::vector<std::unique_ptr<Sequence>> seqs, bool queue_limit) {
   {
     std::lock_guard lk(mu_);
     if (stopping_) throw QueueFull("the engine is stopping");
-    if (inbox_.size() + static_cast<size_t>(n_waiting_.load()) >= opts_.max_waiting)
+    if (queue_limit && inbox_.size() + static_cast<size_t>(n_waiting_.load()) + seqs.size() > opts_.max_waiting)
       throw QueueFull("too many queued requests (" + std::to_string(opts_.max_waiting) + ")");
-    inbox_.push_back(std::move(s));
-    n_waiting_.fetch_add(1);
+    for (auto& s : seqs) inbox_.push_back(std::move(s));
+    n_waiting_.fetch_add(static_cast<int>(seqs.size()));
   }
   cv_.notify_one();
-  return handle;
 }
 
 EngineStats Engine::stats() const {
@@ -241,6 +274,7 @@ bool Engine::build_step() {
   batch_.clear();
   batch_logit_seqs_.clear();
   batch_seqs_.clear();
+  batch_decodes_ = 0;
   const auto now = Clock::now();
   auto expired = [&](const Sequence& s) {
     return s.handle->cancelled() || (s.req.deadline && now > *s.req.deadline);
@@ -298,7 +332,10 @@ bool Engine::build_step() {
       const bool decode = s->pending() == 1;
       if ((pass == 0) != decode) continue;
       const int n = std::min(s->pending(), budget);
-      if (make_room(s, s->n_computed + n)) schedule(s, n);
+      if (make_room(s, s->n_computed + n)) {
+        schedule(s, n);
+        batch_decodes_ += decode;
+      }
     }
   }
   // Preempted sequences go back to the front of the queue, oldest first.
@@ -335,7 +372,12 @@ void Engine::run_step() {
   const int vocab = model_->config().vocab;
   logits_.resize(batch_.logits_rows.size() * static_cast<size_t>(vocab));
   if (heartbeat_) heartbeat_->begin_step();
-  model_->forward(batch_, *kv_, logits_.data());
+  {
+    // A step that only decodes is what a captured decode graph would replay.
+    std::optional<kernels::LaunchScope> decode_step;
+    if (batch_decodes_ == static_cast<int>(batch_.size())) decode_step.emplace(decode_batch_key(batch_decodes_));
+    model_->forward(batch_, *kv_, logits_.data());
+  }
   if (heartbeat_) heartbeat_->end_step();
   steps_total_.fetch_add(1);
 

@@ -20,6 +20,7 @@
 
 #include "engine/model.hpp"
 #include "engine/sampler.hpp"
+#include "engine/shape_space.hpp"
 
 namespace inferd::engine {
 
@@ -136,13 +137,24 @@ class Engine {
   int max_model_len() const { return max_model_len_; }
   kernels::Backend& backend() { return *backend_; }
 
+  // The shape space of this engine's configuration (engine/shape_space.hpp): its
+  // axes, and the keys real traffic can reach, found by a dry run on the shape probe.
+  ShapeAxes shape_axes() const;
+  std::vector<kernels::ShapeKey> reachable_shape_keys() const;
+
   // Queues a request; throws InvalidRequest or QueueFull.
   std::shared_ptr<RequestHandle> submit(GenerationRequest req);
+  // Queues all or none, in one go, so the scheduler sees them in the same step
+  // (warm-up relies on it to build steps of a known size). Internal work: the
+  // queue limit does not apply.
+  std::vector<std::shared_ptr<RequestHandle>> submit_together(std::vector<GenerationRequest> reqs);
   EngineStats stats() const;
   // Stops the scheduler; requests still queued or running end with an error.
   void stop();
 
  private:
+  std::unique_ptr<Sequence> make_sequence(GenerationRequest req) const;  // validates; throws InvalidRequest
+  void enqueue(std::vector<std::unique_ptr<Sequence>> seqs, bool queue_limit);
   void loop();
   void admit_new();
   bool build_step();
@@ -165,6 +177,7 @@ class Engine {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<BlockAllocator> blocks_;
   int max_model_len_ = 0;
+  Precision precision_ = Precision::Fast;
 
   // Inbox from submit(), guarded by mu_.
   mutable std::mutex mu_;
@@ -178,6 +191,7 @@ class Engine {
   StepBatch batch_;
   std::vector<Sequence*> batch_logit_seqs_;            // one per logits row
   std::vector<std::pair<Sequence*, int>> batch_seqs_;  // tokens each sequence has in the step
+  int batch_decodes_ = 0;                               // sequences in the step that decode
   std::vector<float> logits_;
 
   // Counters read by stats().

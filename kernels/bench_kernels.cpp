@@ -1,7 +1,8 @@
-// Microbenchmark of the CPU kernels on the default model's shapes (SmolLM2-135M):
-// matvec (one token, decode) in GB/s of weights read, batched matmul (128
-// tokens, prefill) in GFLOP/s, both next to the machine's read bandwidth, plus
-// the cost of a thread-pool dispatch and of a shape-key touch.
+// Microbenchmark of the CPU kernels on the default model's shapes (SmolLM2-135M),
+// for each instruction set the CPU has: matvec (one token, decode) in GB/s of
+// weights read next to the machine's read bandwidth, batched matmul (8 tokens:
+// batched decode; 128 tokens: prefill) in GFLOP/s, plus the cost of a
+// thread-pool dispatch and of a shape-key touch.
 // Usage: bench_kernels [seconds per measurement, default 0.5] [--cpu-time]
 // --cpu-time times the calling thread's CPU time instead of wall time and runs
 // one thread only: numbers that hold on a machine busy with other work.
@@ -126,13 +127,13 @@ int main(int argc, char** argv) {
     std::printf("\nthreads=%d  read bandwidth: %.1f GB/s (96 MB buffer), %.1f GB/s (1 GB buffer)\n", threads,
                 read_bandwidth(pool, kModelBytes), read_bandwidth(pool, size_t(1) << 30));
   }
-  for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Scalar}) {
+  for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Scalar}) {
     if (!cpu_isa_available(isa)) continue;
     for (int threads : thread_counts) {
       auto be = make_cpu_backend(threads, isa);
       std::printf("\n%s, threads=%d\n", be->name().c_str(), threads);
-      std::printf("  %-12s %-5s %13s %10s %8s %13s %16s\n", "shape", "type", "rows x cols", "matvec us", "GB/s",
-                  "hot GB/s", "128-tok GFLOP/s");
+      std::printf("  %-12s %-5s %13s %10s %8s %13s %14s %16s\n", "shape", "type", "rows x cols", "matvec us", "GB/s",
+                  "hot GB/s", "8-tok GFLOP/s", "128-tok GFLOP/s");
       for (const Shape& s : shapes) {
         WeightSet ws(s, kModelBytes);
         std::vector<float> x(128 * s.cols), y(128 * s.rows);
@@ -148,11 +149,17 @@ int main(int argc, char** argv) {
         const double hot = time_per_call([&] { be->matmul(ws.views[0], x.data(), 1, y.data()); });
         const double saved = g_seconds;
         if (isa == CpuIsa::Scalar) g_seconds = 0;  // the slow scalar path: a few calls are enough
+        // 8 tokens: a batched decode step (weights from memory, as in decode).
+        const double m8 = time_per_call([&] {
+          be->matmul(ws.views[next], x.data(), 8, y.data());
+          next = (next + 1) % ws.views.size();
+        });
         const double mm = time_per_call([&] { be->matmul(ws.views[0], x.data(), 128, y.data()); });
         g_seconds = saved;
         const double gb = static_cast<double>(ws.matrix_bytes) / 1e9;
-        std::printf("  %-12s %-5s %6lld x %-5lld %10.1f %8.1f %13.1f %16.1f\n", s.what, traits(s.type).name.data(),
-                    static_cast<long long>(s.rows), static_cast<long long>(s.cols), mv * 1e6, gb / mv, gb / hot,
+        std::printf("  %-12s %-5s %6lld x %-5lld %10.1f %8.1f %13.1f %14.1f %16.1f\n", s.what,
+                    traits(s.type).name.data(), static_cast<long long>(s.rows), static_cast<long long>(s.cols),
+                    mv * 1e6, gb / mv, gb / hot, 2.0 * s.rows * s.cols * 8 / m8 / 1e9,
                     2.0 * s.rows * s.cols * 128 / mm / 1e9);
       }
     }

@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -51,52 +52,108 @@ Url parse_url(std::string_view url) {
   return u;
 }
 
-HttpReply http_request(const Url& url, std::string_view method, std::string_view path, std::string_view body,
-                       std::chrono::milliseconds timeout) {
-  asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  beast::error_code ec;
-  auto fail = [&](std::string_view what) {
-    throw std::runtime_error("cannot reach " + url.text() + ": " + std::string(what));
-  };
+namespace {
 
-  asio::ip::tcp::resolver resolver(ioc);
+// One connection and its read buffer; each call runs its own io_context.
+struct Connection {
+  asio::io_context ioc;
+  beast::tcp_stream stream{ioc};
+  beast::flat_buffer buffer;
+};
+
+[[noreturn]] void fail(const Url& url, std::string_view what) {
+  throw std::runtime_error("cannot reach " + url.text() + ": " + std::string(what));
+}
+
+[[noreturn]] void fail(const Url& url, beast::error_code ec, std::chrono::milliseconds timeout) {
+  fail(url, ec == beast::error::timeout ? "no answer within " + std::to_string(timeout.count()) + " ms" : ec.message());
+}
+
+// Runs one asynchronous step under `timeout`: the synchronous calls ignore
+// tcp_stream's deadlines, so every step is async and run here.
+template <class Start>
+beast::error_code run_step(Connection& c, std::chrono::milliseconds timeout, Start start) {
+  beast::error_code ec;
+  c.stream.expires_after(timeout);
+  start([&ec](beast::error_code e, auto&&...) { ec = e; });
+  c.ioc.restart();
+  c.ioc.run();
+  return ec;
+}
+
+// Connects and writes the request; throws naming the URL when either fails.
+void send_request(Connection& c, const Url& url, std::string_view method, std::string_view path,
+                  std::string_view body, std::chrono::milliseconds timeout, std::string_view api_key) {
+  beast::error_code ec;
+  asio::ip::tcp::resolver resolver(c.ioc);
   auto endpoints = resolver.resolve(url.host, url.port, ec);
-  if (ec) fail(ec.message());
-  // The synchronous calls ignore tcp_stream's deadlines, so run the async ones.
-  stream.expires_after(timeout);
-  stream.async_connect(endpoints, [&](beast::error_code e, const auto&) { ec = e; });
-  ioc.run();
-  if (ec) fail(ec == beast::error::timeout ? "connection timed out" : ec.message());
+  if (ec) fail(url, ec.message());
+  ec = run_step(c, timeout, [&](auto done) { c.stream.async_connect(endpoints, done); });
+  if (ec) fail(url, ec == beast::error::timeout ? "connection timed out" : ec.message());
 
   http::request<http::string_body> req{http::string_to_verb(method), url.base + std::string(path), 11};
   req.set(http::field::host, url.host);
   req.set(http::field::user_agent, "inferctl");
   req.set(http::field::connection, "close");
+  if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + std::string(api_key));
   if (!body.empty()) {
     req.set(http::field::content_type, "application/json");
     req.body() = std::string(body);
   }
   req.prepare_payload();
+  ec = run_step(c, timeout, [&](auto done) { http::async_write(c.stream, req, done); });
+  if (ec) fail(url, ec, timeout);
+}
 
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(64 << 20);
-  stream.expires_after(timeout);
-  http::async_write(stream, req, [&](beast::error_code e, size_t) {
-    ec = e;
-    if (!e) http::async_read(stream, buffer, parser, [&](beast::error_code e2, size_t) { ec = e2; });
-  });
-  ioc.restart();
-  ioc.run();
-  if (ec) fail(ec == beast::error::timeout ? "no answer within " + std::to_string(timeout.count()) + " ms" : ec.message());
-
+template <class Body>
+HttpReply head_of(const http::response_parser<Body>& parser) {
   HttpReply reply;
   reply.status = static_cast<int>(parser.get().result_int());
   reply.content_type = std::string(parser.get()[http::field::content_type]);
-  reply.body = std::move(parser.get().body());
-  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   return reply;
+}
+
+}  // namespace
+
+HttpReply http_request(const Url& url, std::string_view method, std::string_view path, std::string_view body,
+                       std::chrono::milliseconds timeout, std::string_view api_key) {
+  Connection c;
+  send_request(c, url, method, path, body, timeout, api_key);
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64 << 20);
+  const auto ec = run_step(c, timeout, [&](auto done) { http::async_read(c.stream, c.buffer, parser, done); });
+  if (ec) fail(url, ec, timeout);
+
+  HttpReply reply = head_of(parser);
+  reply.body = std::move(parser.get().body());
+  beast::error_code ignored;
+  c.stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  return reply;
+}
+
+HttpReply http_request_streamed(const Url& url, std::string_view method, std::string_view path, std::string_view body,
+                                const std::function<void(std::string_view)>& on_data,
+                                std::chrono::milliseconds timeout, std::string_view api_key) {
+  Connection c;
+  send_request(c, url, method, path, body, timeout, api_key);
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(boost::none);  // a stream has no natural bound; the caller stops reading
+  auto ec = run_step(c, timeout, [&](auto done) { http::async_read_header(c.stream, c.buffer, parser, done); });
+  if (ec) fail(url, ec, timeout);
+
+  char chunk[16 << 10];
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof chunk;
+    ec = run_step(c, timeout, [&](auto done) { http::async_read_some(c.stream, c.buffer, parser, done); });
+    if (ec == http::error::need_buffer) ec = {};  // the chunk is full; hand it over and read on
+    if (ec) fail(url, ec, timeout);
+    const size_t got = sizeof chunk - parser.get().body().size;
+    if (got > 0) on_data(std::string_view(chunk, got));
+  }
+  beast::error_code ignored;
+  c.stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  return head_of(parser);
 }
 
 }  // namespace inferd::tools

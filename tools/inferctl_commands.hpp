@@ -1,9 +1,12 @@
 // inferctl's subcommands, one file each, and the small flag parser they share.
 #pragma once
+#include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/config.hpp"
@@ -14,6 +17,7 @@ namespace inferd::tools {
 class Args {
  public:
   Args(int argc, char** argv, int first) {
+    for (int i = first; i < argc; ++i) raw.emplace_back(argv[i]);
     for (int i = first; i < argc; ++i) {
       std::string a = argv[i];
       if (a.rfind("--", 0) != 0) {
@@ -31,6 +35,13 @@ class Args {
     }
   }
   bool has(const std::string& k) const { return kv_.count(k) != 0; }
+  // Throws std::invalid_argument naming the first flag that is not in `known`,
+  // so a misspelt flag is not silently ignored.
+  void allow_only(std::initializer_list<std::string_view> known) const {
+    for (const auto& [k, v] : kv_)
+      if (std::find(known.begin(), known.end(), k) == known.end())
+        throw std::invalid_argument("unknown flag --" + k + " (see --help)");
+  }
   std::string get(const std::string& k, const std::string& def) const {
     auto it = kv_.find(k);
     return it == kv_.end() ? def : it->second;
@@ -69,6 +80,7 @@ class Args {
     return out;
   }
   std::vector<std::string> positional;
+  std::vector<std::string> raw;  // every argument as given, for commands that pass them on
 
  private:
   std::map<std::string, std::string> kv_;
@@ -81,6 +93,8 @@ inline std::string default_model_path() {
 }
 
 int cmd_bench_engine(const Args& args);
+int cmd_bench_serve(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_warmup(const Args& args);
 
 }  // namespace inferd::tools

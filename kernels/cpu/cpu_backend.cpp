@@ -5,23 +5,78 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/half.hpp"
+#include "kernels/launch_keys.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/thread_pool.hpp"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 namespace inferd::kernels {
 namespace cpu {
 
+namespace {
+
+// What the CPU and the OS support, from cpuid and xgetbv directly: every
+// compiler accepts this (clang 14 rejects __builtin_cpu_supports("f16c")).
+struct CpuFeatures {
+  bool avx2 = false;    // with FMA and F16C, ymm state enabled by the OS
+  bool avx512 = false;  // F, BW, VL and VNNI, zmm and mask state enabled by the OS
+};
+
+CpuFeatures detect_cpu() {
+  CpuFeatures f;
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!osxsave || !avx) return f;
+  unsigned xcr0, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0 & 0x6) != 0x6) return f;  // xmm and ymm registers saved on context switch
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  f.avx2 = (b & (1u << 5)) && fma && f16c;
+  const bool zmm_state = (xcr0 & 0xe0) == 0xe0;  // opmask, zmm0-15 upper halves, zmm16-31
+  const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
+  const bool vnni = c & (1u << 11);
+  f.avx512 = f.avx2 && zmm_state && avx512f && avx512bw && avx512vl && vnni;
+#endif
+  return f;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect_cpu();
+  return f;
+}
+
+}  // namespace
+
 const KernelTable* avx2_kernels() {
 #if INFERD_HAVE_AVX2_KERNELS
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok ? &kAvx2Kernels : nullptr;
+  return cpu_features().avx2 ? &kAvx2Kernels : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const KernelTable* avx512_kernels() {
+#if INFERD_HAVE_AVX2_KERNELS && INFERD_HAVE_AVX512_KERNELS
+  // AVX-512 replaces the quantized matmul, where the time goes; the rest is AVX2's.
+  static const KernelTable table = [] {
+    KernelTable k = kAvx2Kernels;
+    k.isa = "avx512";
+    k.matmul_quant = matmul_quant_avx512;
+    return k;
+  }();
+  return cpu_features().avx512 ? &table : nullptr;
 #else
   return nullptr;
 #endif
@@ -31,27 +86,9 @@ namespace {
 
 bool is_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 
-const char* matmul_op(DType t) {
-  switch (t) {
-    case DType::F32: return "matmul.f32";
-    case DType::F16: return "matmul.f16";
-    case DType::BF16: return "matmul.bf16";
-    case DType::Q4_0: return "matmul.q4_0";
-    case DType::Q4_1: return "matmul.q4_1";
-    case DType::Q8_0: return "matmul.q8_0";
-    default: throw std::invalid_argument("matmul: unsupported weight type " + std::string(traits(t).name));
-  }
-}
-
-const char* typed_op(const char* f16, const char* f32, DType t) {
-  if (t == DType::F16) return f16;
-  if (t == DType::F32) return f32;
-  throw std::invalid_argument("kv cache type must be f16 or f32, not " + std::string(traits(t).name));
-}
-
 // Each thread gets several row chunks so that uneven progress evens out.
 constexpr int kChunksPerThread = 4;
-constexpr int64_t kRowAlign = 4;           // chunks start on a row tile boundary
+constexpr int64_t kRowAlign = 16;          // chunks start on a row tile boundary (AVX-512: 16 rows)
 constexpr int64_t kParallelElems = 1 << 15;  // below this an elementwise op runs on the caller
 constexpr int kMaxHeadDim = 1024;
 constexpr int kMaxTileTokens = 4;  // tokens of one sequence per attention task
@@ -66,7 +103,7 @@ class CpuBackend final : public Backend {
   int threads() const override { return pool_.size(); }
 
   void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) override {
-    LaunchScope scope({get_rows_op(table.type), "k,t", {table.cols, pow2_bucket(n)}});
+    LaunchScope scope(launch_keys::get_rows(table, n));
     for (int64_t t = 0; t < n; ++t) {
       if (ids[t] < 0 || ids[t] >= table.rows)
         throw std::out_of_range("get_rows: id " + std::to_string(ids[t]) + " outside [0, " +
@@ -77,7 +114,7 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) override {
-    LaunchScope scope({matmul_op(w.type), "n,k,t", {w.rows, w.cols, pow2_bucket(n_tokens)}});
+    LaunchScope scope(launch_keys::matmul(w, n_tokens));
     if (n_tokens <= 0 || w.rows <= 0) return;
     const int64_t chunk = row_chunk(w.rows);
     const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
@@ -107,7 +144,7 @@ class CpuBackend final : public Backend {
   }
 
   void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) override {
-    LaunchScope scope({"rmsnorm", "n,t", {n, pow2_bucket(n_rows)}});
+    LaunchScope scope(launch_keys::rmsnorm(n_rows, n));
     if (n_rows * n < kParallelElems) {
       for (int64_t r = 0; r < n_rows; ++r) k_.rmsnorm_row(x + r * n, weight, y + r * n, n, eps);
       return;
@@ -117,7 +154,7 @@ class CpuBackend final : public Backend {
 
   void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim,
             const RopeParams& p) override {
-    LaunchScope scope({p.neox ? "rope.neox" : "rope.norm", "h,d,t", {n_heads, head_dim, pow2_bucket(n_tokens)}});
+    LaunchScope scope(launch_keys::rope(p, n_tokens, n_heads, head_dim));
     if (p.n_rot <= 0 || p.n_rot > head_dim || p.n_rot % 2 != 0 || p.n_rot > kMaxHeadDim)
       throw std::invalid_argument("rope: n_rot must be even and within head_dim");
     const int half = p.n_rot / 2;
@@ -147,20 +184,18 @@ class CpuBackend final : public Backend {
   }
 
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
-    LaunchScope scope({"silu_mul", "n", {pow2_bucket(n)}});
+    LaunchScope scope(launch_keys::silu_mul(n));
     elementwise(n, [&](int64_t i0, int64_t i1) { k_.silu_mul(gate + i0, up + i0, out + i0, i1 - i0); });
   }
 
   void add(float* y, const float* x, int64_t n) override {
-    LaunchScope scope({"add", "n", {pow2_bucket(n)}});
+    LaunchScope scope(launch_keys::add(n));
     elementwise(n, [&](int64_t i0, int64_t i1) { k_.add(y + i0, x + i0, i1 - i0); });
   }
 
   void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
                 const float* v) override {
-    LaunchScope scope(
-        {typed_op("kv_store.f16", "kv_store.f32", kv.type), "kvh,d,t", {kv.n_kv_heads, kv.head_dim,
-                                                                        pow2_bucket(n_tokens)}});
+    LaunchScope scope(launch_keys::kv_store(kv, n_tokens));
     const int64_t row = int64_t(kv.n_kv_heads) * kv.head_dim;
     for (int64_t t = 0; t < n_tokens; ++t) {
       const int32_t pos = toks[t].pos;
@@ -181,10 +216,9 @@ class CpuBackend final : public Backend {
 
   void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads,
                  float scale, float* out) override {
-    int32_t max_pos = 0;
-    for (int64_t t = 0; t < n_tokens; ++t) max_pos = std::max(max_pos, toks[t].pos);
-    LaunchScope scope({typed_op("attention.f16", "attention.f32", kv.type), "h,d,t,ctx",
-                       {n_heads, kv.head_dim, pow2_bucket(n_tokens), pow2_bucket(max_pos + 1)}});
+    const int32_t max_pos = static_cast<int32_t>(launch_keys::attention_reach(toks, n_tokens)) - 1;
+    LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
+    LaunchScope reach(launch_keys::attention_context(kv, max_pos + 1));
     if (n_tokens <= 0) return;
     if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
       throw std::invalid_argument("attention: heads not a multiple of kv heads, or head_dim too large");
@@ -304,19 +338,6 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  static const char* get_rows_op(DType t) {
-    switch (t) {
-      case DType::F32: return "get_rows.f32";
-      case DType::F16: return "get_rows.f16";
-      case DType::BF16: return "get_rows.bf16";
-      case DType::Q4_0: return "get_rows.q4_0";
-      case DType::Q4_1: return "get_rows.q4_1";
-      case DType::Q8_0: return "get_rows.q8_0";
-      case DType::Q8_1: return "get_rows.q8_1";
-    }
-    throw std::invalid_argument("get_rows: unknown type");
-  }
-
   int64_t row_chunk(int64_t rows) const {
     const int64_t want = std::max<int64_t>(1, int64_t(pool_.size()) * kChunksPerThread);
     int64_t chunk = (rows + want - 1) / want;
@@ -350,19 +371,47 @@ class CpuBackend final : public Backend {
 }  // namespace
 }  // namespace cpu
 
-bool cpu_isa_available(CpuIsa isa) { return isa != CpuIsa::Avx2 || cpu::avx2_kernels() != nullptr; }
+namespace {
+
+// INFERD_CPU_ISA, for Auto: forces an instruction set (benchmarks, comparisons).
+CpuIsa isa_from_env() {
+  const char* e = std::getenv("INFERD_CPU_ISA");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "auto") return CpuIsa::Auto;
+  if (v == "scalar") return CpuIsa::Scalar;
+  if (v == "avx2") return CpuIsa::Avx2;
+  if (v == "avx512") return CpuIsa::Avx512;
+  throw std::invalid_argument("INFERD_CPU_ISA=" + v + ": expected auto, scalar, avx2 or avx512");
+}
+
+}  // namespace
+
+bool cpu_isa_available(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::Avx2: return cpu::avx2_kernels() != nullptr;
+    case CpuIsa::Avx512: return cpu::avx512_kernels() != nullptr;
+    default: return true;
+  }
+}
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, CpuIsa isa) {
-  const cpu::KernelTable* k = nullptr;
+  if (isa == CpuIsa::Auto) isa = isa_from_env();
+  const cpu::KernelTable* k = &cpu::kScalarKernels;
   switch (isa) {
-    case CpuIsa::Auto: k = cpu::avx2_kernels(); break;
+    case CpuIsa::Auto:
+      if (const auto* best = cpu::avx512_kernels() ? cpu::avx512_kernels() : cpu::avx2_kernels()) k = best;
+      break;
+    case CpuIsa::Avx512:
+      k = cpu::avx512_kernels();
+      if (!k) throw std::invalid_argument("the AVX-512 VNNI CPU kernels are not available on this CPU or build");
+      break;
     case CpuIsa::Avx2:
       k = cpu::avx2_kernels();
       if (!k) throw std::invalid_argument("the AVX2 CPU kernels are not available on this CPU or build");
       break;
     case CpuIsa::Scalar: break;
   }
-  return std::make_unique<cpu::CpuBackend>(threads, k ? *k : cpu::kScalarKernels);
+  return std::make_unique<cpu::CpuBackend>(threads, *k);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) { return make_cpu_backend(threads, CpuIsa::Auto); }

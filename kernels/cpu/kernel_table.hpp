@@ -1,5 +1,5 @@
 // The inner loops of the CPU backend behind a table of function pointers, one
-// table per instruction set (scalar, AVX2), chosen once at run time. The backend
+// table per instruction set (scalar, AVX2, AVX-512), chosen once at run time. The backend
 // (cpu_backend.cpp) owns threading and shape keys; a table function works on the
 // slice of the problem it is given.
 #pragma once
@@ -27,7 +27,7 @@ struct ActTile {
 };
 
 struct KernelTable {
-  const char* isa;  // "scalar", "avx2"
+  const char* isa;  // "scalar", "avx2", "avx512"
 
   // Quantizes one token's n activations (n % 32 == 0) for a matmul against
   // `weight` blocks into slot `slot` of tiles[0 .. n / 32).
@@ -71,5 +71,14 @@ extern const KernelTable kAvx2Kernels;
 #endif
 // nullptr when not compiled in or the CPU lacks AVX2, FMA or F16C.
 const KernelTable* avx2_kernels();
+
+#if INFERD_HAVE_AVX512_KERNELS
+// Compiled with AVX-512 F/BW/VL + VNNI: the quantized matmul of the AVX-512
+// table, which takes everything else from kAvx2Kernels.
+void matmul_quant_avx512(const WeightView& w, const ActTile* xq, int64_t n_tokens, float* y, int64_t ldy,
+                         int64_t r0, int64_t r1);
+#endif
+// nullptr when not compiled in or the CPU lacks AVX-512 F/BW/VL, VNNI or AVX2.
+const KernelTable* avx512_kernels();
 
 }  // namespace inferd::kernels::cpu

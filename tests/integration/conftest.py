@@ -31,16 +31,23 @@ def free_port():
         return s.getsockname()[1]
 
 
+# Shapes small enough that the warm-up every start runs takes seconds, not half a
+# minute; a test's own flags come later and win. Tests of the default
+# configuration pass small_shapes=False.
+SMALL_SHAPES = ["--max-model-len", "1024", "--max-num-batched-tokens", "256", "--max-num-seqs", "16"]
+
+
 class Daemon:
     """One inferd process: its port, its stderr file, and helpers to talk to it."""
 
-    def __init__(self, args, env=None, wait_state=None, timeout=120):
+    def __init__(self, args, env=None, wait_state=None, timeout=120, small_shapes=True):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="inferd-", suffix=".log", delete=False)
         full_env = dict(os.environ)
         full_env.update(env or {})
-        cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(self.port)] + list(args)
+        cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += (SMALL_SHAPES if small_shapes else []) + list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
         if wait_state is not None:
             self.wait_for(wait_state, timeout)
@@ -100,11 +107,12 @@ class Daemon:
 
 @pytest.fixture
 def start_daemon():
-    """Factory: start_daemon(args, env=None, wait_state='Serving') -> Daemon; all stopped at teardown."""
+    """Factory: start_daemon(args, env=None, wait_state='Serving', small_shapes=True) -> Daemon;
+    all stopped at teardown."""
     started = []
 
-    def _start(args=(), env=None, wait_state="Serving", timeout=120):
-        d = Daemon(args, env=env, wait_state=wait_state, timeout=timeout)
+    def _start(args=(), env=None, wait_state="Serving", timeout=180, small_shapes=True):
+        d = Daemon(args, env=env, wait_state=wait_state, timeout=timeout, small_shapes=small_shapes)
         started.append(d)
         return d
 

@@ -160,7 +160,7 @@ target = "journald"
   TEST_CASE("config: bad files name the file, line and key") {
     CHECK(config_error("[engine]\nmax_num_seqs = 8\nmax_num_sequences = 8\n") ==
           "x.toml:3: [engine] max_num_sequences: unknown key");
-    CHECK(config_error("\n[gpu]\nx = 1\n") == "x.toml:2: [gpu]: unknown section (known: server, model, engine, parallel, log)");
+    CHECK(config_error("\n[gpu]\nx = 1\n") == "x.toml:2: [gpu]: unknown section (known: server, model, engine, parallel, log, warmup)");
     CHECK(config_error("port = 8000\n") ==
           "x.toml:1: port: keys belong in a section ([server], [model], [engine], [parallel] or [log])");
     CHECK(config_error("[server]\nport = \"8000\"\n") == "x.toml:2: [server] port: expected an integer, got a string");
@@ -258,6 +258,18 @@ target = "journald"
     const std::string path = test_paths::source_dir() + "/etc/inferd.toml";
     REQUIRE(std::filesystem::exists(path));
     CHECK(load_config(cmdline({"--config", path})) == Config{});
+  }
+
+  TEST_CASE("config: [engine] max_waiting from the file and --max-waiting, within 1..1048576") {
+    CHECK(Config{}.engine.max_waiting == 256);
+    CHECK(parse_config_toml("[engine]\nmax_waiting = 4\n", "x.toml").engine.max_waiting == 4);
+    CHECK(load_config(cmdline({"--max-waiting", "1"})).engine.max_waiting == 1);
+    CHECK(load_config(cmdline({"--max-waiting=1048576"})).engine.max_waiting == 1048576);
+    CHECK(config_error("[engine]\nmax_waiting = 0\n") ==
+          "x.toml:2: [engine] max_waiting: must be between 1 and 1048576, got 0");
+    CHECK(flag_error({"--max-waiting", "many"}) == "--max-waiting: expected an integer, got 'many'");
+    CHECK(flag_error({"--max-waiting", "-1"}) == "--max-waiting: must be between 1 and 1048576, got -1");
+    CHECK(usage().find("--max-waiting N") != std::string::npos);
   }
 
   TEST_CASE("config: --help lists every flag") {

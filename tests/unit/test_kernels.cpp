@@ -1,4 +1,4 @@
-// The CPU kernels against straightforward float references, the SIMD table
+// The CPU kernels against straightforward float references, the SIMD tables
 // against the scalar one, the thread pool and the shape-key registry.
 #include <doctest/doctest.h>
 
@@ -6,9 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,10 +54,18 @@ TestWeight make_weight(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   return w;
 }
 
+// The SIMD instruction sets this CPU and build have, each tested against the scalar kernels.
+std::vector<CpuIsa> simd_isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512})
+    if (cpu_isa_available(isa)) out.push_back(isa);
+  return out;
+}
+
 std::vector<std::unique_ptr<Backend>> backends(int threads) {
   std::vector<std::unique_ptr<Backend>> out;
   out.push_back(make_cpu_backend(threads, CpuIsa::Scalar));
-  if (cpu_isa_available(CpuIsa::Avx2)) out.push_back(make_cpu_backend(threads, CpuIsa::Avx2));
+  for (CpuIsa isa : simd_isas()) out.push_back(make_cpu_backend(threads, isa));
   return out;
 }
 
@@ -161,55 +172,119 @@ TEST_CASE("matmul matches a float reference within the activation quantization e
   }
 }
 
-TEST_CASE("the AVX2 kernels agree with the scalar ones") {
-  if (!cpu_isa_available(CpuIsa::Avx2)) {
-    MESSAGE("AVX2 kernels not available on this CPU: skipped");
+TEST_CASE("the SIMD kernels agree with the scalar ones") {
+  if (simd_isas().empty()) {
+    MESSAGE("no SIMD kernels available on this CPU: skipped");
     return;
   }
   auto scalar = make_cpu_backend(1, CpuIsa::Scalar);
-  auto avx2 = make_cpu_backend(1, CpuIsa::Avx2);
   auto close = [](const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& scale,
                   double rel) {
     for (size_t i = 0; i < a.size(); ++i)
       if (!(std::fabs(a[i] - b[i]) <= rel * scale[i] + 1e-30)) return false;
     return true;
   };
-  SUBCASE("matmul, relative 1e-4 of sum |w x|") {
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
-      const int64_t rows = 67, cols = 576, nt = 9;
-      const TestWeight w = make_weight(type, rows, cols, 3);
-      const auto x = random_floats(nt * cols, 4, -3.0f, 3.0f);
-      std::vector<float> ys(nt * rows), yv(nt * rows), mag(nt * rows);
-      for (int64_t t = 0; t < nt; ++t)
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c)
-            mag[t * rows + r] += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
-      for (int64_t n = 1; n <= nt; ++n) {
-        scalar->matmul(w.view, x.data(), n, ys.data());
-        avx2->matmul(w.view, x.data(), n, yv.data());
-        std::vector<float> a(ys.begin(), ys.begin() + n * rows), b(yv.begin(), yv.begin() + n * rows);
-        CHECK_MESSAGE(close(a, b, mag, 1e-4), traits(type).name, " n_tokens ", n);
+  for (CpuIsa isa : simd_isas()) {
+    auto simd = make_cpu_backend(1, isa);
+    CAPTURE(simd->name());
+    SUBCASE("matmul, relative 1e-4 of sum |w x|") {
+      for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
+        const int64_t rows = 67, cols = 576, nt = 9;
+        const TestWeight w = make_weight(type, rows, cols, 3);
+        const auto x = random_floats(nt * cols, 4, -3.0f, 3.0f);
+        std::vector<float> ys(nt * rows), yv(nt * rows), mag(nt * rows);
+        for (int64_t t = 0; t < nt; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+              mag[t * rows + r] += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
+        for (int64_t n = 1; n <= nt; ++n) {
+          scalar->matmul(w.view, x.data(), n, ys.data());
+          simd->matmul(w.view, x.data(), n, yv.data());
+          std::vector<float> a(ys.begin(), ys.begin() + n * rows), b(yv.begin(), yv.begin() + n * rows);
+          CHECK_MESSAGE(close(a, b, mag, 1e-4), traits(type).name, " n_tokens ", n);
+        }
+      }
+    }
+    SUBCASE("elementwise ops, relative 1e-5") {
+      const int64_t n = 1000;  // not a multiple of the vector width
+      const auto g = random_floats(n, 5, -20.0f, 20.0f), u = random_floats(n, 6);
+      std::vector<float> a(n), b(n), mag(n);
+      scalar->silu_mul(g.data(), u.data(), a.data(), n);
+      simd->silu_mul(g.data(), u.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i) mag[i] = std::fabs(a[i]) + 1e-30f;
+      CHECK(close(a, b, mag, 1e-5));
+      const auto w = random_floats(n, 7);
+      scalar->rmsnorm(g.data(), w.data(), a.data(), 1, n, 1e-5f);
+      simd->rmsnorm(g.data(), w.data(), b.data(), 1, n, 1e-5f);
+      for (int64_t i = 0; i < n; ++i) mag[i] = std::fabs(a[i]);
+      CHECK(close(a, b, mag, 1e-5));
+      a = g, b = g;
+      scalar->add(a.data(), u.data(), n);
+      simd->add(b.data(), u.data(), n);
+      CHECK(a == b);
+    }
+  }
+}
+
+TEST_CASE("quantized matmul of every SIMD table against scalar, over shapes and token counts") {
+  // AVX2 sums each row's dot in 8 float lanes: within relative 1e-4 of sum |w x|
+  // of the scalar sum. AVX-512 forms each block's int32 dot whole and then rounds
+  // like the scalar kernel, step by step: the scalar kernel's bits.
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 32}, {15, 64}, {16, 576}, {17, 96}, {67, 576},
+                                                {40, 1536}, {192, 576}};
+  const int64_t token_counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 17, 33};
+  auto scalar = make_cpu_backend(2, CpuIsa::Scalar);
+  for (CpuIsa isa : simd_isas()) {
+    auto simd = make_cpu_backend(2, isa);
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+      for (auto [rows, cols] : shapes) {
+        const TestWeight w = make_weight(type, rows, cols, 60 + static_cast<uint32_t>(rows + cols));
+        for (int64_t nt : token_counts) {
+          const auto x = random_floats(nt * cols, 70 + static_cast<uint32_t>(nt), -3.0f, 3.0f);
+          std::vector<float> ys(nt * rows), yv(nt * rows, NAN);
+          scalar->matmul(w.view, x.data(), nt, ys.data());
+          simd->matmul(w.view, x.data(), nt, yv.data());
+          int64_t far = 0, differ = 0;
+          for (int64_t t = 0; t < nt; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              double mag = 0;
+              for (int64_t c = 0; c < cols; ++c) mag += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
+              const float a = ys[t * rows + r], b = yv[t * rows + r];
+              far += !(std::fabs(a - b) <= 1e-4 * mag);
+              differ += std::memcmp(&a, &b, sizeof a) != 0;
+            }
+          CHECK_MESSAGE(far == 0, simd->name(), " ", traits(type).name, " ", rows, "x", cols, " t ", nt, ": ", far,
+                        " outside 1e-4");
+          if (isa == CpuIsa::Avx512)
+            CHECK_MESSAGE(differ == 0, traits(type).name, " ", rows, "x", cols, " t ", nt, ": ", differ,
+                          " differ from scalar");
+        }
       }
     }
   }
-  SUBCASE("elementwise ops, relative 1e-5") {
-    const int64_t n = 1000;  // not a multiple of the vector width
-    const auto g = random_floats(n, 5, -20.0f, 20.0f), u = random_floats(n, 6);
-    std::vector<float> a(n), b(n), mag(n);
-    scalar->silu_mul(g.data(), u.data(), a.data(), n);
-    avx2->silu_mul(g.data(), u.data(), b.data(), n);
-    for (int64_t i = 0; i < n; ++i) mag[i] = std::fabs(a[i]) + 1e-30f;
-    CHECK(close(a, b, mag, 1e-5));
-    const auto w = random_floats(n, 7);
-    scalar->rmsnorm(g.data(), w.data(), a.data(), 1, n, 1e-5f);
-    avx2->rmsnorm(g.data(), w.data(), b.data(), 1, n, 1e-5f);
-    for (int64_t i = 0; i < n; ++i) mag[i] = std::fabs(a[i]);
-    CHECK(close(a, b, mag, 1e-5));
-    a = g, b = g;
-    scalar->add(a.data(), u.data(), n);
-    avx2->add(b.data(), u.data(), n);
-    CHECK(a == b);
+}
+
+TEST_CASE("INFERD_CPU_ISA forces the instruction set of make_cpu_backend(threads)") {
+  const char* prev = std::getenv("INFERD_CPU_ISA");
+  const std::string saved = prev ? prev : "";
+  setenv("INFERD_CPU_ISA", "scalar", 1);
+  CHECK(make_cpu_backend(1)->name() == "cpu-scalar");
+  if (!simd_isas().empty()) CHECK(make_cpu_backend(1, simd_isas().back())->name() != "cpu-scalar");  // explicit wins
+  for (CpuIsa isa : simd_isas()) {
+    const char* name = isa == CpuIsa::Avx2 ? "avx2" : "avx512";
+    setenv("INFERD_CPU_ISA", name, 1);
+    CHECK(make_cpu_backend(1)->name() == std::string("cpu-") + name);
   }
+  setenv("INFERD_CPU_ISA", "avx9000", 1);
+  CHECK_THROWS_AS(make_cpu_backend(1), std::invalid_argument);
+  if (!cpu_isa_available(CpuIsa::Avx512)) {
+    setenv("INFERD_CPU_ISA", "avx512", 1);
+    CHECK_THROWS_AS(make_cpu_backend(1), std::invalid_argument);
+  }
+  if (prev)
+    setenv("INFERD_CPU_ISA", saved.c_str(), 1);
+  else
+    unsetenv("INFERD_CPU_ISA");
 }
 
 TEST_CASE("matmul gives the same bits with 1 and 2 threads") {

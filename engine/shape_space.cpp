@@ -1,0 +1,73 @@
+#include "engine/shape_space.hpp"
+
+#include <algorithm>
+
+#include "engine/kv_cache.hpp"
+#include "engine/model.hpp"
+
+namespace inferd::engine {
+
+std::vector<int64_t> bucket_representatives(int64_t max) {
+  std::vector<int64_t> out;
+  for (int64_t b = 1; max > 0; b <<= 1) {
+    out.push_back(std::min(b, max));
+    if (b >= max) break;
+  }
+  return out;
+}
+
+ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model_len) {
+  ShapeAxes a;
+  // A prompt has at most max_model_len - 1 tokens; several fill a wider step.
+  const int64_t longest_prompt = std::max(1, max_model_len - 1);
+  a.step_tokens = bucket_representatives(std::min<int64_t>(max_num_batched_tokens, max_num_seqs * longest_prompt));
+  a.sampled_seqs = bucket_representatives(std::min(max_num_seqs, max_num_batched_tokens));
+  // The last fed position is max_model_len - 2: the final sampled token is never fed.
+  a.contexts = bucket_representatives(longest_prompt);
+  // Decoding needs room for a prompt token and two generated ones.
+  if (max_model_len >= 3) a.decode_batches = a.sampled_seqs;
+  return a;
+}
+
+kernels::LaunchKey decode_batch_key(int64_t n) { return {"step.decode", "b", {kernels::pow2_bucket(n)}}; }
+
+std::vector<kernels::ShapeKey> probe_shape_space(Model& model, kernels::ShapeRegistry& probe, const KvGeometry& g,
+                                                 const ShapeAxes& axes) {
+  // One cache block is enough: the probe reads no memory, only block tables.
+  KvGeometry one = g;
+  one.num_blocks = 1;
+  KvCache kv(one);
+  const int64_t max_ctx = axes.contexts.empty() ? 1 : axes.contexts.back();
+  const std::vector<int32_t> table(static_cast<size_t>(max_ctx / std::max(1, g.block_size) + 2), 0);
+  std::vector<float> logits;
+  auto run = [&](const StepBatch& b) {
+    logits.resize(b.logits_rows.size() * static_cast<size_t>(model.config().vocab));
+    model.forward(b, kv, logits.data());
+  };
+
+  probe.clear();
+  StepBatch b;
+  for (int64_t t : axes.step_tokens) {  // one prompt chunk of t tokens
+    b.clear();
+    for (int64_t i = 0; i < t; ++i) b.add(0, static_cast<int32_t>(i), table.data(), i + 1 == t);
+    run(b);
+  }
+  for (int64_t r : axes.sampled_seqs) {  // r sequences, one token each
+    b.clear();
+    for (int64_t i = 0; i < r; ++i) b.add(0, 0, table.data(), true);
+    run(b);
+  }
+  for (int64_t c : axes.contexts) {  // one decode token reading c positions
+    b.clear();
+    b.add(0, static_cast<int32_t>(c - 1), table.data(), true);
+    run(b);
+  }
+  for (int64_t n : axes.decode_batches) probe.touch(decode_batch_key(n).key(), 0.0);
+
+  std::vector<kernels::ShapeKey> keys;
+  for (auto& [key, use] : probe.snapshot()) keys.push_back(key);
+  std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.str() < b.str(); });
+  return keys;
+}
+
+}  // namespace inferd::engine

@@ -1,0 +1,44 @@
+// The engine's shape space: which shape keys real traffic can reach under a
+// configuration. A step varies along four axes, each bucketed in powers of two:
+// the tokens it carries (decode tokens plus prefill chunks, up to
+// max_num_batched_tokens), the sequences it samples (up to max_num_seqs), the
+// context its attention reads (up to max_model_len - 1 positions), and, for
+// steps that only decode, the batch size (the seam for captured decode graphs).
+// Every kernel key depends on one axis (kernels/launch_keys.hpp), so the reachable
+// set is the union, over the axes' buckets, of the keys one step of that shape
+// launches; the shape probe computes them by a dry run of the model.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/shape_registry.hpp"
+
+namespace inferd::engine {
+
+class Model;
+struct KvGeometry;
+
+struct ShapeAxes {
+  // One representative per bucket: the largest value the bucket can hold here.
+  std::vector<int64_t> step_tokens;
+  std::vector<int64_t> sampled_seqs;
+  std::vector<int64_t> contexts;
+  std::vector<int64_t> decode_batches;
+  int64_t max_step_tokens() const { return step_tokens.empty() ? 0 : step_tokens.back(); }
+};
+
+ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model_len);
+
+// The representatives of 1..max, one per power-of-two bucket.
+std::vector<int64_t> bucket_representatives(int64_t max);
+
+// The key a step that only decodes registers, for `n` sequences.
+kernels::LaunchKey decode_batch_key(int64_t n);
+
+// The reachable keys for `model` (whose backend must be a shape probe writing to
+// `probe`) with a KV cache of geometry `g`, sorted by their text.
+std::vector<kernels::ShapeKey> probe_shape_space(Model& model, kernels::ShapeRegistry& probe, const KvGeometry& g,
+                                                 const ShapeAxes& axes);
+
+}  // namespace inferd::engine

@@ -1,0 +1,47 @@
+#include "kernels/shape_probe.hpp"
+
+#include "kernels/launch_keys.hpp"
+
+namespace inferd::kernels {
+namespace {
+
+class ShapeProbe final : public Backend {
+ public:
+  explicit ShapeProbe(ShapeRegistry& reg) : reg_(reg) {}
+
+  std::string name() const override { return "shape-probe"; }
+  int threads() const override { return 1; }
+
+  void get_rows(const WeightView& table, const int32_t*, int64_t n, float*) override {
+    record(launch_keys::get_rows(table, n));
+  }
+  void matmul(const WeightView& w, const float*, int64_t n_tokens, float*) override {
+    record(launch_keys::matmul(w, n_tokens));
+  }
+  void rmsnorm(const float*, const float*, float*, int64_t n_rows, int64_t n, float) override {
+    record(launch_keys::rmsnorm(n_rows, n));
+  }
+  void rope(float*, const int32_t*, int64_t n_tokens, int n_heads, int head_dim, const RopeParams& p) override {
+    record(launch_keys::rope(p, n_tokens, n_heads, head_dim));
+  }
+  void silu_mul(const float*, const float*, float*, int64_t n) override { record(launch_keys::silu_mul(n)); }
+  void add(float*, const float*, int64_t n) override { record(launch_keys::add(n)); }
+  void kv_store(const KvLayerView& kv, const AttnToken*, int64_t n_tokens, const float*, const float*) override {
+    record(launch_keys::kv_store(kv, n_tokens));
+  }
+  void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float*, int n_heads, float,
+                 float*) override {
+    record(launch_keys::attention(kv, n_heads, n_tokens));
+    record(launch_keys::attention_context(kv, launch_keys::attention_reach(toks, n_tokens)));
+  }
+
+ private:
+  void record(const LaunchKey& k) { reg_.touch(k.key(), 0.0); }
+  ShapeRegistry& reg_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_shape_probe(ShapeRegistry& reg) { return std::make_unique<ShapeProbe>(reg); }
+
+}  // namespace inferd::kernels

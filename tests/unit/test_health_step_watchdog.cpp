@@ -1,0 +1,96 @@
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "engine/fault_points.hpp"
+#include "engine/step_heartbeat.hpp"
+#include "health/step_watchdog.hpp"
+
+using namespace inferd::health;
+using namespace std::chrono_literals;
+using inferd::engine::StepHeartbeat;
+
+TEST_SUITE("health") {
+  TEST_CASE("health step watchdog: the deadline is max(floor, k x p99) over a ring of recent steps") {
+    StepHeartbeat hb;
+    StepWatchdogOptions o;
+    o.floor = 50ms;
+    o.p99_factor = 2.0;
+    o.window = 100;
+    o.min_samples = 10;
+    StepWatchdog wd(hb, o);
+    CHECK(wd.p99() == 0ns);
+    CHECK(wd.deadline() == 50ms);
+    for (int i = 1; i <= 9; ++i) wd.record_step(std::chrono::milliseconds(i * 100));
+    CHECK(wd.deadline() == 50ms);  // below min_samples: the floor alone
+    for (int i = 10; i <= 100; ++i) wd.record_step(std::chrono::milliseconds(i));
+    // 9 slow steps of 100..900 ms and 91 of 10..100 ms: p99 is the second largest.
+    CHECK(wd.p99() == 800ms);
+    CHECK(wd.deadline() == 1600ms);
+    // The ring forgets: 100 fast steps replace everything.
+    for (int i = 0; i < 100; ++i) wd.record_step(1ms);
+    CHECK(wd.p99() == 1ms);
+    CHECK(wd.deadline() == 50ms);
+
+    const StepObservation obs = wd.sample();
+    CHECK(obs.signal.monitor == "step_watchdog");
+    CHECK(obs.idle);
+    CHECK(obs.signal.level == Level::Ok);
+    CHECK(obs.deadline == 50ms);
+    CHECK(obs.p99 == 1ms);
+  }
+
+  TEST_CASE("health step watchdog: a stuck engine thread is reported from another thread") {
+    StepHeartbeat hb;
+    StepWatchdogOptions o;
+    o.floor = 30ms;
+    StepWatchdog wd(hb, o);
+
+    std::mutex mu;
+    std::condition_variable cv;
+    bool unstick = false, started = false;
+    std::thread engine([&] {
+      hb.begin_step();
+      std::unique_lock lock(mu);
+      started = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return unstick; });  // the "wedged collective"
+      hb.end_step();
+    });
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return started; });
+    }
+    StepObservation obs = wd.sample();
+    for (int i = 0; i < 500 && obs.signal.level == Level::Ok; ++i) {
+      std::this_thread::sleep_for(5ms);
+      obs = wd.sample();
+    }
+    CHECK(obs.signal.level == Level::Critical);
+    CHECK(obs.signal.reason.find("wedge suspected") != std::string::npos);
+    CHECK_FALSE(obs.idle);
+    CHECK(obs.step_age >= 30ms);
+    {
+      std::lock_guard lock(mu);
+      unstick = true;
+    }
+    cv.notify_all();
+    engine.join();
+    obs = wd.sample();
+    CHECK(obs.signal.level == Level::Ok);
+    CHECK(obs.steps_completed == 1);
+  }
+
+  TEST_CASE("health step watchdog: the heartbeat.stall fault point reads as a wedge") {
+    StepHeartbeat hb;
+    StepWatchdog wd(hb);
+    CHECK(wd.sample().signal.level == Level::Ok);
+    inferd::engine::arm_fault("heartbeat.stall");
+    CHECK(wd.sample().signal.level == Level::Critical);
+    inferd::engine::disarm_fault("heartbeat.stall");
+    CHECK(wd.sample().signal.level == Level::Ok);
+  }
+}

@@ -1,0 +1,128 @@
+// Warm-up plan derivation: for several configurations the plan reaches every
+// bucket of the shape space; a plan made for one configuration is caught when a
+// wider one is checked against it; and a real run on the default model touches
+// exactly the reachable key set the shape probe predicted.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "engine/engine.hpp"
+#include "kernels/shape_registry.hpp"
+#include "test_paths.hpp"
+#include "warmup/plan.hpp"
+#include "warmup/runner.hpp"
+
+using namespace inferd;
+
+namespace {
+
+warmup::PlanLimits limits(int len, int seqs, int batched) { return {len, seqs, batched}; }
+
+engine::ShapeAxes axes_of(const warmup::PlanLimits& l) {
+  return engine::shape_axes(l.max_num_batched_tokens, l.max_num_seqs, l.max_model_len);
+}
+
+}  // namespace
+
+TEST_CASE("warm-up plan: buckets are powers of two capped at the axis maximum") {
+  CHECK(engine::bucket_representatives(1) == std::vector<int64_t>{1});
+  CHECK(engine::bucket_representatives(8) == std::vector<int64_t>{1, 2, 4, 8});
+  CHECK(engine::bucket_representatives(100) == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 100});
+  const auto a = engine::shape_axes(2048, 64, 8192);
+  CHECK(a.contexts.back() == 8191);  // the last sampled token is never fed back
+  CHECK(a.decode_batches.back() == 64);
+  CHECK(engine::shape_axes(4, 64, 100).sampled_seqs.back() == 4);  // a step holds at most 4 tokens
+}
+
+TEST_CASE("warm-up plan: every configuration's plan reaches every bucket and fits its limits") {
+  const warmup::WarmupOptions opts;
+  for (const auto& l : {limits(8192, 64, 2048), limits(512, 8, 128), limits(4096, 256, 8192), limits(3000, 5, 100),
+                        limits(100000, 16, 512), limits(2, 1, 1), limits(64, 3, 7), limits(1024, 16, 256),
+                        limits(300, 64, 8192)}) {
+    CAPTURE(l.max_model_len);
+    CAPTURE(l.max_num_seqs);
+    CAPTURE(l.max_num_batched_tokens);
+    const auto axes = axes_of(l);
+    const warmup::Plan plan = warmup::make_plan(axes, l, opts);
+    REQUIRE(plan.phases.size() == 4);
+    CHECK(plan.phases[0].name == "ramped");
+    CHECK(plan.phases[3].name == "sustained");
+    CHECK(warmup::unreached_buckets(plan, axes, l).empty());
+    CHECK(plan.phases[1].requests() <= l.max_num_seqs);
+    for (const auto& ph : plan.phases)
+      for (const auto& w : ph.waves)
+        for (const auto& q : w) {
+          CHECK(q.prompt_tokens >= 1);
+          CHECK(q.max_tokens >= 1);
+          CHECK(q.prompt_tokens + q.max_tokens <= std::max(2, l.max_model_len));
+        }
+    // Ramped steps grow.
+    const auto& r = plan.phases[0].waves;
+    CHECK(std::is_sorted(r.begin(), r.end(), [](auto& a, auto& b) {
+      return a.size() * a.front().prompt_tokens < b.size() * b.front().prompt_tokens;
+    }));
+  }
+}
+
+TEST_CASE("warm-up plan: a configuration that widens the shape space is caught") {
+  const warmup::WarmupOptions opts;
+  const auto small = limits(1024, 8, 256);
+  const warmup::Plan plan = warmup::make_plan(axes_of(small), small, opts);
+  const auto wide = limits(8192, 32, 256);
+  const auto missing = warmup::unreached_buckets(plan, axes_of(wide), wide);
+  const std::set<std::string> got(missing.begin(), missing.end());
+  CHECK(got.count("context bucket 2048"));
+  CHECK(got.count("context bucket 8192"));
+  CHECK(got.count("decode batch bucket 32"));
+  CHECK(got.count("decode batch bucket 16"));
+  CHECK(!got.count("decode batch bucket 8"));
+}
+
+TEST_CASE("warm-up plan: a burst too small for its decode buckets is named") {
+  warmup::WarmupOptions opts;
+  opts.burst_requests = 3;
+  const auto l = limits(1024, 16, 256);
+  const auto missing = warmup::unreached_buckets(warmup::make_plan(axes_of(l), l, opts), axes_of(l), l);
+  CHECK(std::find(missing.begin(), missing.end(), "decode batch bucket 16") != missing.end());
+}
+
+TEST_CASE("warm-up run: a real plan touches exactly the probed reachable keys") {
+  engine::EngineOptions o;
+  o.model_path = test_paths::default_model();
+  o.threads = 2;
+  o.max_model_len = 256;
+  o.max_num_batched_tokens = 64;
+  o.max_num_seqs = 4;
+  o.kv_cache_bytes = 64 << 20;
+  engine::Engine eng(o);
+  const auto reachable = eng.reachable_shape_keys();
+  REQUIRE(reachable.size() > 40);
+  // Every kernel key the probe predicts names one of the model's launch sites.
+  CHECK(std::any_of(reachable.begin(), reachable.end(), [](auto& k) { return k.str() == "step.decode[b=4]"; }));
+  CHECK(std::any_of(reachable.begin(), reachable.end(),
+                    [](auto& k) { return k.str() == "attention.f16.ctx[kvh=3,d=64,ctx=256]"; }));
+
+  auto& reg = kernels::ShapeRegistry::global();
+  reg.clear();
+  warmup::WarmupOptions opts;
+  opts.sustained_max_tokens = 100;
+  const auto l = limits(eng.max_model_len(), o.max_num_seqs, o.max_num_batched_tokens);
+  const warmup::Plan plan = warmup::make_plan(eng.shape_axes(), l, opts);
+  const warmup::Report report = warmup::run_plan(eng, plan, reachable, opts);
+  INFO(warmup::summarize(report));
+  CHECK(report.passed());
+  CHECK(report.keys_covered == reachable.size());
+  // Nothing the run touched lies outside the reachable set.
+  std::set<std::string> want;
+  for (const auto& k : reachable) want.insert(k.str());
+  for (const auto& [key, use] : reg.snapshot()) CHECK_MESSAGE(want.count(key.str()), key.str());
+
+  // A second run is not served from the prefix cache: it passes again. A run
+  // told to stop fails in its first phase.
+  CHECK(warmup::run_plan(eng, plan, reachable, opts).passed());
+  reg.clear();
+  const warmup::Report partial = warmup::run_plan(eng, plan, reachable, opts, {}, [] { return true; });
+  CHECK(!partial.passed());
+  CHECK(partial.failure.find("phase 1 ramped failed") != std::string::npos);
+}

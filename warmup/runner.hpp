@@ -1,0 +1,53 @@
+// Runs a warm-up plan through the engine's own request path (submit: scheduler,
+// sampling, detokenization) and judges it: every request must finish with exactly
+// the tokens asked for, every phase within its timeout, and every reachable shape
+// key must have been touched. Re-runnable: each run's prompts are new, so the
+// prefix cache cannot skip the work.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/shape_registry.hpp"
+#include "warmup/plan.hpp"
+
+namespace inferd::engine {
+class Engine;
+}
+
+namespace inferd::warmup {
+
+struct PhaseReport {
+  std::string name;
+  int requests = 0;
+  int completed = 0;   // finished with the expected token counts
+  double seconds = 0;
+  std::string error;   // empty when the phase passed
+};
+
+struct Report {
+  std::vector<PhaseReport> phases;
+  size_t keys_total = 0;
+  size_t keys_covered = 0;
+  std::vector<kernels::ShapeKey> missing;                    // reachable, never touched
+  std::vector<std::pair<kernels::ShapeKey, double>> slowest;  // costliest first uses
+  double seconds = 0;
+  std::string failure;  // why the gate stays closed; empty when it opens
+  bool passed() const { return failure.empty(); }
+};
+
+// Called as the run advances: phase index (0-based), its name, requests done and total.
+using Progress = std::function<void(int phase, const std::string& name, int done, int total)>;
+
+// `stopping` is polled: a run that should give up (the daemon drains) fails soon.
+// The fault point "warmup.fail" armed with a phase's name fails that phase.
+Report run_plan(engine::Engine& engine, const Plan& plan, const std::vector<kernels::ShapeKey>& reachable,
+                const WarmupOptions& opts, const Progress& progress = {},
+                const std::function<bool()>& stopping = {});
+
+// One line per phase plus the coverage and the slowest first uses, for the log.
+std::string summarize(const Report& report);
+
+}  // namespace inferd::warmup
