@@ -197,13 +197,42 @@ const std::vector<Key>& keys() {
       int_key("warmup", "long_max_tokens", "", &C::warmup, &warmup::WarmupOptions::long_max_tokens, 1, 1 << 20, ""),
       int_key("warmup", "sustained_prompt_tokens", "", &C::warmup, &warmup::WarmupOptions::sustained_prompt_tokens,
               1, 1 << 24, ""),
+      bool_key("health", "enable", "supervise", &C::health, &HealthConfig::enable,
+               "watch pressure, error lines, heartbeats and probes, and recover"),
+      int_key("health", "interval_ms", "health-interval-ms", &C::health, &HealthConfig::interval_ms, 10, 60000,
+              "how often the supervisor samples its monitors"),
+      string_key("health", "procfs_root", "procfs-root", &C::health, &HealthConfig::procfs_root,
+                 "where /proc is read from", not_empty),
+      bool_key("health", "capture_stderr", "", &C::health, &HealthConfig::capture_stderr, ""),
+      string_key("health", "log_patterns", "", &C::health, &HealthConfig::log_patterns, ""),
+      float_key("health", "probe_interval_s", "probe-interval", &C::health, &HealthConfig::probe_interval_s, 0, 86400,
+                "seconds between generation probes; 0: on demand only"),
+      int_key("health", "probe_budget_ms", "", &C::health, &HealthConfig::probe_budget_ms, 10, 3600000, ""),
+      float_key("health", "watchdog_floor_s", "watchdog-floor", &C::health, &HealthConfig::watchdog_floor_s, 0.01,
+                86400, "shortest step deadline before a wedge is suspected"),
+      float_key("health", "watchdog_p99_factor", "", &C::health, &HealthConfig::watchdog_p99_factor, 1, 1e6, ""),
+      int_key("health", "mem_warn_bytes", "", &C::health, &HealthConfig::mem_warn_bytes, 0, int64_t{1} << 50, ""),
+      float_key("health", "mem_warn_fraction", "", &C::health, &HealthConfig::mem_warn_fraction, 0, 1, ""),
+      int_key("health", "mem_shed_bytes", "", &C::health, &HealthConfig::mem_shed_bytes, 0, int64_t{1} << 50, ""),
+      float_key("health", "mem_shed_fraction", "", &C::health, &HealthConfig::mem_shed_fraction, 0, 1, ""),
+      int_key("health", "mem_critical_bytes", "", &C::health, &HealthConfig::mem_critical_bytes, 0, int64_t{1} << 50,
+              ""),
+      float_key("health", "mem_critical_fraction", "", &C::health, &HealthConfig::mem_critical_fraction, 0, 1, ""),
+      int_key("health", "min_available_bytes", "", &C::health, &HealthConfig::min_available_bytes, 0,
+              int64_t{1} << 50, ""),
+      int_key("health", "calm_samples_to_unshed", "", &C::health, &HealthConfig::calm_samples_to_unshed, 1, 100000,
+              ""),
+      int_key("health", "max_recoveries", "max-recoveries", &C::health, &HealthConfig::max_recoveries, 0, 1000,
+              "recoveries allowed in recovery_window_s before the process fails"),
+      int_key("health", "recovery_window_s", "", &C::health, &HealthConfig::recovery_window_s, 1, 86400 * 7, ""),
+      int_key("health", "reset_timeout_ms", "", &C::health, &HealthConfig::reset_timeout_ms, 10, 3600000, ""),
       int_key("warmup", "sustained_max_tokens", "", &C::warmup, &warmup::WarmupOptions::sustained_max_tokens, 1,
               1 << 20, ""),
   };
   return table;
 }
 
-constexpr std::string_view kSections[] = {"server", "model", "engine", "parallel", "log", "warmup"};
+constexpr std::string_view kSections[] = {"server", "model", "engine", "parallel", "log", "warmup", "health"};
 
 const Key* find_key(std::string_view section, std::string_view name) {
   for (const Key& k : keys())
@@ -272,11 +301,11 @@ void apply_toml(Config& cfg, std::string_view text, std::string_view source, Ori
     const auto* table = section_node.as_table();
     if (table == nullptr) {
       throw ConfigError(fmt::format("{}:{}: {}: keys belong in a section ([server], [model], [engine], "
-                                    "[parallel], [log] or [warmup])",
+                                    "[parallel], [log], [warmup] or [health])",
                                     source, section_key.source().begin.line, section));
     }
     if (std::find(std::begin(kSections), std::end(kSections), section) == std::end(kSections)) {
-      throw ConfigError(fmt::format("{}:{}: [{}]: unknown section (known: server, model, engine, parallel, log, warmup)",
+      throw ConfigError(fmt::format("{}:{}: [{}]: unknown section (known: server, model, engine, parallel, log, warmup, health)",
                                     source, section_key.source().begin.line, section));
     }
     for (auto&& [key, node] : *table) {

@@ -72,6 +72,31 @@ struct LogConfig {
   bool operator==(const LogConfig&) const = default;
 };
 
+// The supervisor ([health]): sampling, thresholds and the recovery budget.
+struct HealthConfig {
+  bool enable = true;
+  int interval_ms = 250;                 // how often the monitors are sampled
+  std::string procfs_root = "/proc";     // tests point it at recorded files
+  bool capture_stderr = true;            // scan our own (and children's) stderr
+  std::string log_patterns;              // extra patterns, one per line: "category level regex"
+  double probe_interval_s = 30;          // 0: only on POST /admin/probe
+  int probe_budget_ms = 10000;
+  double watchdog_floor_s = 10;          // a step older than max(floor, k x p99) is a wedge
+  double watchdog_p99_factor = 10;
+  int64_t mem_warn_bytes = 12'000'000'000;
+  double mem_warn_fraction = 0.25;       // of MemTotal; the smaller floor applies
+  int64_t mem_shed_bytes = int64_t{8} << 30;
+  double mem_shed_fraction = 0.15;
+  int64_t mem_critical_bytes = int64_t{1} << 30;
+  double mem_critical_fraction = 0.05;
+  int64_t min_available_bytes = 0;       // start-up refuses to leave Loading below this
+  int calm_samples_to_unshed = 8;
+  int max_recoveries = 3;
+  int recovery_window_s = 600;
+  int reset_timeout_ms = 10000;          // a wedge the engine cannot leave in this time fails the process
+  bool operator==(const HealthConfig&) const = default;
+};
+
 struct Config {
   ServerConfig server;
   ModelConfig model;
@@ -79,6 +104,7 @@ struct Config {
   ParallelConfig parallel;
   LogConfig log;
   warmup::WarmupOptions warmup;
+  HealthConfig health;
   bool operator==(const Config&) const = default;
 
   // The name /v1/models reports: served_model_name, else the model file's name

@@ -87,7 +87,7 @@ bool Lifecycle::transition(State to, std::string_view reason) {
 
 bool Lifecycle::admits_generation() const {
   const State s = state();
-  return s == State::Serving || s == State::Degraded;
+  return s == State::Serving;  // Degraded sheds: new work gets 503 until it is calm again
 }
 
 double Lifecycle::uptime_s() const {

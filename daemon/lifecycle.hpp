@@ -37,7 +37,8 @@ class Lifecycle {
   // Moves to `to` if allowed from the current state; false (and nothing changes) otherwise.
   bool transition(State to, std::string_view reason);
 
-  // Generation is admitted only in Serving and Degraded.
+  // New generation is admitted only in Serving; Degraded sheds it (work already
+  // admitted runs on).
   bool admits_generation() const;
 
   double uptime_s() const;

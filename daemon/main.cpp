@@ -15,6 +15,7 @@
 #include "daemon/daemon.hpp"
 #include "daemon/engine_host.hpp"
 #include "daemon/logging.hpp"
+#include "daemon/supervisor.hpp"
 #include "daemon/warmup_host.hpp"
 #include "engine/fault_points.hpp"
 #include "inferd_config.h"
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
     Daemon daemon(std::move(cfg), std::move(cmd));
     EngineHost engine(daemon);  // destroyed before the daemon: it beats the daemon's heartbeat
     WarmupHost warmup(daemon, engine);
+    Supervisor supervisor(daemon, engine, warmup);
     return daemon.run();
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());

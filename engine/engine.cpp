@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/chat_template.hpp"
+#include "engine/fault_points.hpp"
 #include "engine/gguf_reader.hpp"
 #include "engine/incremental_detokenizer.hpp"
 #include "engine/kv_cache.hpp"
@@ -195,7 +196,16 @@ void Engine::loop() {
     {
       std::unique_lock lk(mu_);
       if (heartbeat_ && inbox_.empty() && running_.empty() && waiting_.empty()) heartbeat_->set_idle();
-      cv_.wait(lk, [&] { return stopping_ || !inbox_.empty() || !running_.empty() || !waiting_.empty(); });
+      cv_.wait(lk, [&] {
+        return stopping_ || reset_reason_ || !inbox_.empty() || !running_.empty() || !waiting_.empty();
+      });
+      if (reset_reason_) {
+        do_reset(*reset_reason_);
+        reset_reason_.reset();
+        abort_step_ = false;
+        ++resets_done_;
+        reset_cv_.notify_all();
+      }
       while (!inbox_.empty()) {
         waiting_.push_back(std::move(inbox_.front()));
         inbox_.pop_front();
@@ -220,6 +230,57 @@ void Engine::loop() {
   waiting_.clear();
   n_running_.store(0);
   n_waiting_.store(0);
+}
+
+bool Engine::reset(const std::string& reason, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  const uint64_t target = resets_done_ + 1;
+  reset_reason_ = reason;
+  abort_step_ = true;
+  cv_.notify_all();
+  return reset_cv_.wait_for(lk, timeout, [&] { return resets_done_ >= target || stopping_; }) && !stopping_;
+}
+
+void Engine::release_held() {
+  {
+    std::lock_guard lk(mu_);
+    while (!held_.empty()) {
+      inbox_.push_front(std::move(held_.back()));
+      held_.pop_back();
+    }
+    n_held_.store(0);
+  }
+  cv_.notify_one();
+}
+
+void Engine::do_reset(const std::string& reason) {
+  int held = 0, ended = 0;
+  auto sort = [&](std::unique_ptr<Sequence>& s) {
+    if (s->done) return;
+    if (s->n_generated() == 0) {
+      release_blocks(*s);
+      s->n_computed = 0;
+      s->preempted = false;
+      held_.push_back(std::move(s));
+      ++held;
+    } else {
+      finish(*s, FinishReason::Error, "interrupted by a recovery (" + reason + ") after it had produced output");
+      ++ended;
+    }
+  };
+  for (auto& s : running_) sort(s);
+  for (auto& s : waiting_) sort(s);
+  for (auto& s : inbox_) sort(s);
+  running_.clear();
+  waiting_.clear();
+  inbox_.clear();
+  // Whatever the cache holds may be what went wrong: nothing of it is reused.
+  blocks_->clear_cache();
+  n_held_.store(static_cast<int>(held_.size()));
+  n_running_.store(0);
+  n_waiting_.store(0);
+  kv_used_.store(blocks_->num_used());
+  spdlog::warn("engine reset ({}): {} requests held to run again, {} ended with an error", reason, held, ended);
 }
 
 bool Engine::ensure_blocks(Sequence& s, int upto_tokens) {
@@ -368,17 +429,46 @@ bool Engine::build_step() {
   return batch_.size() > 0;
 }
 
+// Fault point "step.stall=MS": the next step hangs for MS milliseconds (default
+// an hour) unless a reset aborts it; it fires once.
+void Engine::stall_if_armed() {
+  static const FaultPoint stall("step.stall");
+  if (!stall.armed()) return;
+  const auto until = Clock::now() + std::chrono::milliseconds(stall.int_value(3600 * 1000));
+  disarm_fault("step.stall");
+  spdlog::warn("fault point step.stall: this step hangs");
+  while (Clock::now() < until && !abort_step_.load())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+// Fault point "logits.corrupt": while armed, every row's best token is pushed to
+// the bottom, as a corrupted weight or KV block would skew it.
+void Engine::corrupt_if_armed() {
+  static const FaultPoint corrupt("logits.corrupt");
+  if (!corrupt.armed()) return;
+  const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  for (size_t r = 0; r * vocab < logits_.size(); ++r) {
+    float* row = logits_.data() + r * vocab;
+    *std::max_element(row, row + vocab) = -1e30f;
+  }
+}
+
 void Engine::run_step() {
   const int vocab = model_->config().vocab;
   logits_.resize(batch_.logits_rows.size() * static_cast<size_t>(vocab));
   if (heartbeat_) heartbeat_->begin_step();
+  stall_if_armed();
   {
     // A step that only decodes is what a captured decode graph would replay.
     std::optional<kernels::LaunchScope> decode_step;
     if (batch_decodes_ == static_cast<int>(batch_.size())) decode_step.emplace(decode_batch_key(batch_decodes_));
     model_->forward(batch_, *kv_, logits_.data());
   }
+  corrupt_if_armed();
   if (heartbeat_) heartbeat_->end_step();
+  // A reset cut this step short: its results are suspect and nothing is sampled
+  // from them, so a request that had produced nothing still has produced nothing.
+  if (abort_step_.load()) return;
   steps_total_.fetch_add(1);
 
   // Every scheduled token is now in the cache.

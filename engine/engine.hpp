@@ -152,10 +152,23 @@ class Engine {
   // Stops the scheduler; requests still queued or running end with an error.
   void stop();
 
+  // Recovery: aborts the step in progress (if it responds), drops the KV cache's
+  // contents and the prefix cache, and sorts the requests: those that have
+  // produced nothing are held (they run again after release_held()), those that
+  // have end with an error naming `reason`. The model stays loaded. False when the
+  // scheduler did not get there within `timeout` (a wedge it cannot leave).
+  bool reset(const std::string& reason, std::chrono::milliseconds timeout);
+  // The held requests go back to the queue, ahead of anything newer.
+  void release_held();
+  int held() const { return n_held_.load(); }
+
  private:
   std::unique_ptr<Sequence> make_sequence(GenerationRequest req) const;  // validates; throws InvalidRequest
   void enqueue(std::vector<std::unique_ptr<Sequence>> seqs, bool queue_limit);
   void loop();
+  void do_reset(const std::string& reason);  // scheduler thread
+  void stall_if_armed();
+  void corrupt_if_armed();
   void admit_new();
   bool build_step();
   void run_step();
@@ -184,6 +197,12 @@ class Engine {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Sequence>> inbox_;
   bool stopping_ = false;
+  std::optional<std::string> reset_reason_;  // a reset the scheduler has yet to do
+  uint64_t resets_done_ = 0;
+  std::condition_variable reset_cv_;
+  std::deque<std::unique_ptr<Sequence>> held_;
+  std::atomic<bool> abort_step_{false};
+  std::atomic<int> n_held_{0};
 
   // Scheduler-thread state.
   std::deque<std::unique_ptr<Sequence>> waiting_;

@@ -14,7 +14,8 @@ int64_t StepHeartbeat::now_ns() {
 void StepHeartbeat::begin_step() { step_start_ns_.store(now_ns(), std::memory_order_relaxed); }
 
 void StepHeartbeat::end_step() {
-  step_start_ns_.store(0, std::memory_order_relaxed);
+  const int64_t start = step_start_ns_.exchange(0, std::memory_order_relaxed);
+  if (start != 0) last_step_ns_.store(std::max<int64_t>(0, now_ns() - start), std::memory_order_relaxed);
   steps_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -28,6 +29,10 @@ StepHeartbeat::Clock::duration StepHeartbeat::step_age() const {
   const int64_t start = step_start_ns_.load(std::memory_order_relaxed);
   if (start == 0) return Clock::duration::zero();
   return std::chrono::nanoseconds(std::max<int64_t>(0, now_ns() - start));
+}
+
+StepHeartbeat::Clock::duration StepHeartbeat::last_step() const {
+  return std::chrono::nanoseconds(last_step_ns_.load(std::memory_order_relaxed));
 }
 
 uint64_t StepHeartbeat::steps_completed() const { return steps_.load(std::memory_order_relaxed); }

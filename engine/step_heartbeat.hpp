@@ -25,6 +25,8 @@ class StepHeartbeat {
   // Age of the step in progress; zero when idle.
   Clock::duration step_age() const;
   uint64_t steps_completed() const;
+  // Duration of the last completed step (since its begin_step or last beat()).
+  Clock::duration last_step() const;
 
   // True when idle or the current step is younger than `deadline`. The fault
   // point "heartbeat.stall" makes it report a stuck step.
@@ -35,6 +37,7 @@ class StepHeartbeat {
   // Start of the step in progress in steady-clock nanoseconds; 0 when idle.
   std::atomic<int64_t> step_start_ns_{0};
   std::atomic<uint64_t> steps_{0};
+  std::atomic<int64_t> last_step_ns_{0};
 };
 
 }  // namespace inferd::engine

@@ -132,8 +132,10 @@ LogObservation LogScanner::sample() {
     const uint64_t fresh = cat.count.after_baseline - cat.sampled;
     if (fresh > 0 && cat.level > obs.signal.level) {
       obs.signal.level = cat.level;
-      obs.signal.reason = fmt::format("{} new {} line(s) since the last check ({} since the baseline), last: {}", fresh,
-                                      cat.count.category, cat.count.after_baseline, cat.count.last_line);
+      // Not the line itself: the reason gets logged to stderr, where the line
+      // would match again.
+      obs.signal.reason = fmt::format("{} new {} line(s) since the last check ({} since the baseline)", fresh,
+                                      cat.count.category, cat.count.after_baseline);
     }
     cat.sampled = cat.count.after_baseline;
     cat.level = Level::Ok;

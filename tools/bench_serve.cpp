@@ -21,6 +21,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -107,9 +108,11 @@ Options parse_options(const Args& args) {
   return o;
 }
 
-// About `words` words of plain English. `id` leads the prompt so that no two
-// requests share a prefix the daemon's prefix cache could reuse.
+// About `words` words of plain English. The run's nonce and the request's id
+// lead the prompt so that no two requests, in this run or an earlier one against
+// the same daemon, share a prefix the daemon's prefix cache could reuse.
 std::string make_prompt(int id, int words) {
+  static const std::string nonce = std::to_string(std::random_device{}() % 100000);
   static const std::vector<std::string> kWords = [] {
     std::istringstream in(
         "The quick brown fox jumps over the lazy dog while the farmer walks slowly along the river "
@@ -118,7 +121,7 @@ std::string make_prompt(int id, int words) {
     for (std::string s; in >> s;) w.push_back(s);
     return w;
   }();
-  std::string p = "Request " + std::to_string(id) + ".";
+  std::string p = "Request " + nonce + "-" + std::to_string(id) + ".";
   for (int i = 0; i < words; ++i) p += " " + kWords[i % kWords.size()];
   return p;
 }

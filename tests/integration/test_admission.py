@@ -79,9 +79,10 @@ def test_a_burst_beyond_the_queue_is_refused_with_429(daemon):
     assert {r.status_code for r in replies} <= {200, 429}, [r.text for r in replies]
     admitted = [r for r in replies if r.status_code == 200]
     refused = [r for r in replies if r.status_code == 429]
-    # One running plus one waiting at most; the rest never entered the queue.
-    assert 1 <= len(admitted) <= 2
-    assert len(refused) >= n - 2
+    # One runs and one waits; arrivals spread over several engine steps may
+    # slip one more in (the waiting count is refreshed per step), never all.
+    assert admitted
+    assert len(refused) >= n - 3
     for r in refused:
         assert r.headers["Content-Type"].startswith("application/json")
         assert_refused(r.status_code, r.headers, r.json())
@@ -113,6 +114,11 @@ def test_the_openai_client_sees_a_rate_limit_error_while_streams_complete(daemon
     chunks = iter(running)
     first = next(chunks)  # the first token: this one is running, not waiting
     waiting = stream(2)   # the stream's head comes on admission, before its first token
+    # The engine refreshes its count of waiting requests once per step, and the
+    # running stream gets one chunk per step: after three more, that count
+    # includes the second request.
+    for _ in range(3):
+        next(chunks)
 
     with pytest.raises(openai.RateLimitError) as refused:
         create(3, max_tokens=4)

@@ -13,7 +13,7 @@ import time
 import pytest
 import requests
 
-from conftest import INFERD, SRC, free_port
+from conftest import INFERD, SMALL_SHAPES, SRC, free_port
 
 WATCHDOG_USEC = 500_000
 
@@ -81,7 +81,7 @@ def start(args, env, log, wrapper_pid_env=False):
     port = free_port()
     full_env = dict(os.environ)
     full_env.update(env)
-    cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(port)] + list(args)
+    cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(port)] + SMALL_SHAPES + list(args)
     if wrapper_pid_env:
         cmd = ["/bin/sh", "-c", 'WATCHDOG_PID=$$ exec "$@"', "sh"] + cmd
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
@@ -106,7 +106,8 @@ def collapse(lines):
 def test_notify_sequence_and_watchdog_follow_the_heartbeat(notify_socket, tmp_path):
     log = open(tmp_path / "inferd.log", "w+")
     env = {"NOTIFY_SOCKET": notify_socket.path, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
-    proc, url = start([], env, log, wrapper_pid_env=True)
+    # The glue alone: with the supervisor on, the stall below would also start a recovery.
+    proc, url = start(["--no-supervise"], env, log, wrapper_pid_env=True)
     try:
         notify_socket.wait_for("READY=1", timeout=120)
         notify_socket.wait_for("WATCHDOG=1", timeout=5)

@@ -160,9 +160,9 @@ target = "journald"
   TEST_CASE("config: bad files name the file, line and key") {
     CHECK(config_error("[engine]\nmax_num_seqs = 8\nmax_num_sequences = 8\n") ==
           "x.toml:3: [engine] max_num_sequences: unknown key");
-    CHECK(config_error("\n[gpu]\nx = 1\n") == "x.toml:2: [gpu]: unknown section (known: server, model, engine, parallel, log, warmup)");
+    CHECK(config_error("\n[gpu]\nx = 1\n") == "x.toml:2: [gpu]: unknown section (known: server, model, engine, parallel, log, warmup, health)");
     CHECK(config_error("port = 8000\n") ==
-          "x.toml:1: port: keys belong in a section ([server], [model], [engine], [parallel], [log] or [warmup])");
+          "x.toml:1: port: keys belong in a section ([server], [model], [engine], [parallel], [log], [warmup] or [health])");
     CHECK(config_error("[server]\nport = \"8000\"\n") == "x.toml:2: [server] port: expected an integer, got a string");
     CHECK(config_error("[engine]\nthreads = 1.5\n") ==
           "x.toml:2: [engine] threads: expected an integer, got a floating-point number");

@@ -237,7 +237,8 @@ TEST_CASE("quantized matmul of every SIMD table against scalar, over shapes and 
   for (CpuIsa isa : simd_isas()) {
     auto simd = make_cpu_backend(2, isa);
     for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-      for (auto [rows, cols] : shapes) {
+      for (const auto& shape : shapes) {
+        const int64_t rows = shape.first, cols = shape.second;  // not a structured binding: clang 14 can't capture one
         const TestWeight w = make_weight(type, rows, cols, 60 + static_cast<uint32_t>(rows + cols));
         for (int64_t nt : token_counts) {
           const auto x = random_floats(nt * cols, 70 + static_cast<uint32_t>(nt), -3.0f, 3.0f);
@@ -444,7 +445,8 @@ TEST_CASE("kv_store writes each token into its block-table slot") {
 TEST_CASE("attention over shuffled blocks matches dense softmax attention") {
   const int hd = 64;
   const float scale = 0.125f;
-  for (auto [n_heads, n_kv] : {std::pair{6, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
+  for (const auto& heads : {std::pair{6, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
+    const int n_heads = heads.first, n_kv = heads.second;  // clang 14 can't capture a structured binding
     for (int threads : {1, 2}) {
       for (auto& be : backends(threads)) {
         for (DType type : {DType::F16, DType::F32}) {

@@ -102,7 +102,7 @@ TEST_SUITE("lifecycle") {
     for (State s : kAll) {
       Lifecycle lc;
       reach(lc, s);
-      CHECK(lc.admits_generation() == (s == State::Serving || s == State::Degraded));
+      CHECK(lc.admits_generation() == (s == State::Serving));
     }
   }
 

@@ -1,0 +1,91 @@
+// The supervisor: samples the health monitors on the daemon's supervisor loop,
+// hands their signals to the recovery policy and carries out its decisions:
+//   shed     Serving -> Degraded (new work 503 + Retry-After) until calm again
+//   recover  -> Recovering: reset the engine (abort the step, drop the KV and
+//            prefix cache, hold requests that produced nothing, end the others
+//            with a visible error), -> Warming: the full warm-up, -> Serving:
+//            the held requests run
+//   fail     -> Failed, exit 1, so systemd starts us afresh
+// Monitors sample in every state; decisions act only while Serving or Degraded.
+// Baselines (MemAvailable, RSS, error-line counts, the probe's golden answer) are
+// taken when the warm-up gate first opens.
+//   GET  /health/generate (alias /health_generate)  the last probe
+//   POST /admin/probe                                 runs one now and answers it
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <boost/asio/steady_timer.hpp>
+
+#include "health/generation_probe.hpp"
+#include "health/log_scanner.hpp"
+#include "health/meminfo_monitor.hpp"
+#include "health/policy.hpp"
+#include "health/process_monitor.hpp"
+#include "health/psi_monitor.hpp"
+#include "health/stderr_pipe.hpp"
+#include "health/step_watchdog.hpp"
+
+namespace inferd::daemon {
+
+class Daemon;
+class EngineHost;
+class WarmupHost;
+class Gauge;
+class Counter;
+enum class State;
+
+class Supervisor {
+ public:
+  // Refuses to start (throws) when MemAvailable is below [health] min_available_bytes.
+  Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup);
+  ~Supervisor();
+
+ private:
+  void tick();
+  void sample_and_act();
+  void act(const health::Decision& d);
+  void recover(std::string reason);
+  void on_first_serving();
+  void probe_loop();
+  std::string probe_json(const health::ProbeResult& r) const;
+
+  Daemon& daemon_;
+  EngineHost& engines_;
+  WarmupHost& warmup_;
+  const bool enabled_;
+  boost::asio::steady_timer timer_;
+
+  health::LogScanner scanner_;
+  std::unique_ptr<health::StderrPipe> pipe_;
+  health::PsiMonitor psi_;
+  health::MeminfoMonitor meminfo_;
+  health::ProcessMonitor process_;
+  std::unique_ptr<health::StepWatchdog> watchdog_;
+  health::GenerationProbe probe_;
+  health::Policy policy_;
+  uint64_t steps_seen_ = 0;
+  std::string last_levels_;  // to log only changes of the monitors' levels
+
+  Gauge* level_ = nullptr;       // worst level now (0 ok .. 3 critical)
+  Counter* recoveries_ = nullptr;
+  Counter* sheds_ = nullptr;
+  Gauge* mttr_ = nullptr;
+
+  std::atomic<bool> baselined_{false};
+  std::atomic<bool> recovering_{false};
+  std::atomic<bool> probe_failed_{false};
+  std::thread recovery_;
+
+  std::mutex probe_mu_;
+  std::condition_variable probe_cv_;
+  bool probe_now_ = false;
+  bool quitting_ = false;
+  std::thread prober_;
+};
+
+}  // namespace inferd::daemon

@@ -1,0 +1,52 @@
+#include "health/policy.hpp"
+
+namespace inferd::health {
+
+std::string_view action_name(Action a) {
+  switch (a) {
+    case Action::None: return "none";
+    case Action::Shed: return "shed";
+    case Action::Unshed: return "unshed";
+    case Action::Recover: return "recover";
+    case Action::Fail: return "fail";
+  }
+  return "?";
+}
+
+int Policy::recoveries_in_window(Clock::time_point now) {
+  while (!recoveries_.empty() && now - recoveries_.front() > opts_.recovery_window) recoveries_.pop_front();
+  return static_cast<int>(recoveries_.size());
+}
+
+Decision Policy::decide(const std::vector<Signal>& signals, Clock::time_point now) {
+  Level top = Level::Ok;
+  std::string why;
+  for (const Signal& s : signals) top = worst(top, s.level);
+  for (const Signal& s : signals)
+    if (s.level == top && top != Level::Ok) why += (why.empty() ? "" : "; ") + s.monitor + ": " + s.reason;
+
+  if (top == Level::Critical) {
+    calm_ = 0;
+    if (recoveries_in_window(now) >= opts_.max_recoveries)
+      return {Action::Fail, why + " (and " + std::to_string(opts_.max_recoveries) +
+                                " recoveries already in the last " +
+                                std::to_string(opts_.recovery_window.count()) + " s)"};
+    recoveries_.push_back(now);
+    shedding_ = false;  // a recovery reopens unshed; pressure that remains sheds again
+    return {Action::Recover, why};
+  }
+  if (top == Level::Shed) {
+    calm_ = 0;
+    if (shedding_) return {};
+    shedding_ = true;
+    return {Action::Shed, why};
+  }
+  if (shedding_ && ++calm_ >= opts_.calm_samples_to_unshed) {
+    shedding_ = false;
+    calm_ = 0;
+    return {Action::Unshed, "calm for " + std::to_string(opts_.calm_samples_to_unshed) + " samples"};
+  }
+  return {};
+}
+
+}  // namespace inferd::health

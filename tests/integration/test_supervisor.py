@@ -1,0 +1,200 @@
+"""The supervisor with real faults: a corrupted answer, a wedged step, error lines
+on stderr, and memory pressure (replayed from recorded /proc files and real, from
+a child that allocates). Each test asserts what the supervisor did, and what the
+clients saw: nothing in flight hangs or vanishes."""
+import subprocess
+import sys
+import threading
+import time
+
+import requests
+
+from conftest import default_model
+
+SUPERVISED = ["--model", default_model(), "--health-interval-ms", "100"]
+
+
+def metric(d, name, labels=None):
+    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+    for line in d.get("/metrics").text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def wait_state(d, states, timeout):
+    """Polls /health/ready until its state is one of `states`; returns (state, seconds waited)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        s = d.state()
+        if s in states:
+            return s, time.monotonic() - t0
+        time.sleep(0.02)
+    raise TimeoutError(f"never reached {states}; now {d.state()}\n{d.output()[-3000:]}")
+
+
+def wait_golden(d):
+    deadline = time.monotonic() + 30
+    while d.get("/health/generate").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_probe_mismatch_recovers_and_the_probe_passes_again(start_daemon):
+    d = start_daemon(SUPERVISED + ["--probe-interval", "0"])
+    wait_golden(d)
+    golden = d.get("/health/generate").json()
+    assert golden["ok"] and golden["text"]
+    assert d.get("/health_generate").json()["text"] == golden["text"]
+
+    assert d.post("/admin/fault", json={"name": "logits.corrupt"}).status_code == 200
+    t0 = time.monotonic()
+    bad = d.post("/admin/probe", json={})
+    assert bad.status_code == 503 and "golden" in bad.json()["reason"]
+    _, detect = wait_state(d, {"Recovering", "Warming"}, 10)
+    d.post("/admin/fault", json={"name": "logits.corrupt", "armed": False})
+    _, _ = wait_state(d, {"Serving"}, 180)
+    mttr = time.monotonic() - t0
+    ok = d.post("/admin/probe", json={})
+    assert ok.status_code == 200 and ok.json()["text"] == golden["text"]
+    assert metric(d, "inferd_recoveries_total") == 1
+    log = d.output()
+    assert "supervisor: recover: probe: answered" in log and "Serving -> Recovering" in log
+    print(f"probe mismatch: detected in {detect:.2f} s, reopened after {mttr:.1f} s")
+
+
+def test_wedged_step_requeues_what_streamed_nothing_and_ends_what_did(start_daemon):
+    d = start_daemon(SUPERVISED + ["--watchdog-floor", "1.5"])
+    # A stream that has produced tokens when the step wedges.
+    body = {"prompt": "Count: 1, 2, 3,", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    stream = requests.post(d.url + "/v1/completions", json=body, stream=True, timeout=300)
+    lines = stream.iter_lines()
+    chunks = [next(l for l in lines if l) for _ in range(3)]
+    assert all(c.startswith(b"data: ") for c in chunks)
+
+    assert d.post("/admin/fault", json={"name": "step.stall", "value": "600000"}).status_code == 200
+    t0 = time.monotonic()
+    # A request submitted behind the wedge: it has streamed nothing, so it is held and runs after reopen.
+    held = {}
+
+    def late():
+        held["r"] = requests.post(d.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 5}, timeout=300)
+
+    waiter = threading.Thread(target=late)
+    waiter.start()
+    _, detect = wait_state(d, {"Recovering", "Warming"}, 20)
+    rest = b"\n".join(l for l in lines if l)
+    assert b'"error"' in rest and b"recovery" in rest and rest.endswith(b"data: [DONE]")
+    wait_state(d, {"Serving"}, 180)
+    mttr = time.monotonic() - t0
+    waiter.join(timeout=120)
+    assert held["r"].status_code == 200, held["r"].text
+    assert held["r"].json()["usage"]["completion_tokens"] == 5
+    assert metric(d, "inferd_recoveries_total") == 1
+    log = d.output()
+    assert "wedge suspected" in log and "requests held to run again" in log
+    probe = d.post("/admin/probe", json={})
+    assert probe.status_code == 200, probe.text
+    print(f"wedge: detected {detect:.2f} s after the stall (deadline 1.5 s), reopened after {mttr:.1f} s")
+
+
+def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
+    d = start_daemon(SUPERVISED + ["--probe-interval", "0"],
+                     env={"INFERD_FAULTS": "log.inject=[rank0] UCX  ERROR ibv_reg_mr failed: rcache"})
+    assert metric(d, "inferd_log_lines_total", {"category": "ucx", "baseline": "before"}) == 1
+    assert metric(d, "inferd_log_lines_total", {"category": "ucx", "baseline": "after"}) == 0
+    time.sleep(0.5)
+    assert d.state() == "Serving"  # a line before the baseline is only counted
+
+    line = "NCCL WARN Call to ibv_reg_mr failed; NCCL error: unhandled system error"
+    assert d.post("/admin/fault", json={"name": "log.inject", "value": line}).status_code == 200
+    _, detect = wait_state(d, {"Degraded"}, 5)
+    r = d.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1})
+    assert r.status_code == 503 and r.headers.get("Retry-After") and "shedding" in r.json()["error"]["message"]
+    assert metric(d, "inferd_log_lines_total", {"category": "nccl", "baseline": "after"}) >= 1
+    wait_state(d, {"Serving"}, 10)  # calm again
+    assert line in d.output()  # passed through to the real stderr
+    assert metric(d, "inferd_sheds_total") == 1
+    print(f"error line: shed {detect:.2f} s after it was written")
+
+
+def write_proc(root, available_kb, some_avg10=0.0):
+    (root / "meminfo").write_text(
+        f"MemTotal:       16000000 kB\nMemFree:         1000000 kB\nMemAvailable:   {available_kb} kB\n"
+        "SwapTotal:             0 kB\nSwapFree:              0 kB\n")
+    (root / "pressure").mkdir(exist_ok=True)
+    line = f"some avg10={some_avg10:.2f} avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    for name in ("memory", "io"):
+        (root / "pressure" / name).write_text(line)
+    (root / "pressure" / "cpu").write_text(line.splitlines()[0] + "\n")
+
+
+def test_replayed_memory_and_pressure_traces_shed_and_unshed(start_daemon, tmp_path):
+    write_proc(tmp_path, 10_000_000)
+    d = start_daemon(SUPERVISED + ["--procfs-root", str(tmp_path), "--probe-interval", "0"])
+    # MemAvailable under the shed floor (15% of 16 GB).
+    write_proc(tmp_path, 1_500_000)
+    wait_state(d, {"Degraded"}, 5)
+    assert "MemAvailable" in d.get("/health/ready").json()["phase"]
+    write_proc(tmp_path, 10_000_000)
+    wait_state(d, {"Serving"}, 10)
+    # Memory pressure stall above the shed threshold.
+    write_proc(tmp_path, 10_000_000, some_avg10=35.0)
+    wait_state(d, {"Degraded"}, 5)
+    write_proc(tmp_path, 10_000_000)
+    wait_state(d, {"Serving"}, 10)
+    assert metric(d, "inferd_sheds_total") == 2 and metric(d, "inferd_recoveries_total") == 0
+
+
+HOG = r"""
+import sys
+n = int(sys.argv[1])
+blocks = [bytearray(64 << 20) for _ in range(n // (64 << 20))]  # zero-filled: resident
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def mem_available():
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+
+
+def test_real_memory_pressure_sheds_until_released(start_daemon, tmp_path):
+    # Floors just under what is free now, so a child taking a few GiB crosses them.
+    avail = mem_available()
+    shed = avail - (3 << 30)
+    cfg = tmp_path / "health.toml"
+    cfg.write_text(f"[health]\nmem_warn_bytes = {avail - (5 << 29)}\nmem_warn_fraction = 0.0\n"
+                   f"mem_shed_bytes = {shed}\nmem_shed_fraction = 0.0\n")
+    d = start_daemon(SUPERVISED + ["--probe-interval", "0", "--config", str(cfg)])
+    assert d.state() == "Serving"
+    need = mem_available() - shed + (1 << 30)
+    hog = subprocess.Popen([sys.executable, "-c", HOG, str(need)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert hog.stdout.readline().strip() == b"ready"
+        _, detect = wait_state(d, {"Degraded"}, 10)
+        assert d.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 503
+    finally:
+        hog.stdin.close()
+        hog.wait(timeout=30)
+    wait_state(d, {"Serving"}, 20)
+    assert d.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 200
+    print(f"real memory pressure: shed {detect:.2f} s after the child allocated")
+
+
+def test_too_many_recoveries_fail_the_process(start_daemon):
+    d = start_daemon(SUPERVISED + ["--probe-interval", "0", "--max-recoveries", "1"])
+    wait_golden(d)
+    assert d.post("/admin/fault", json={"name": "logits.corrupt"}).status_code == 200
+    assert d.post("/admin/probe", json={}).status_code == 503
+    wait_state(d, {"Serving"}, 180)  # the first recovery; the fault is still armed
+    deadline = time.monotonic() + 60
+    while d.proc.poll() is None and time.monotonic() < deadline:
+        try:
+            d.post("/admin/probe", json={})
+        except requests.RequestException:
+            pass  # it is going down
+        time.sleep(0.2)
+    assert d.wait(timeout=30) == 1
+    assert "recoveries already in the last" in d.output()
