@@ -5,6 +5,7 @@
 #include <chrono>
 #include <sstream>
 
+#include <boost/asio/post.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <spdlog/spdlog.h>
@@ -124,6 +125,22 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
     });
   }
   prober_ = std::thread([this] { probe_loop(); });
+  psi_trigger_ = std::make_unique<health::PsiTrigger>(health::PsiTriggerOptions{}, health::Procfs(h.procfs_root));
+  if (psi_trigger_->available()) {
+    spdlog::info("supervisor: kernel PSI trigger '{}' on memory pressure", psi_trigger_->trigger());
+    psi_waiter_ = std::thread([this] {
+      for (;;) {
+        {
+          std::lock_guard lk(probe_mu_);
+          if (quitting_) return;
+        }
+        if (psi_trigger_->wait(milliseconds(200)) == health::PsiTrigger::Wait::Fired)
+          boost::asio::post(daemon_.supervisor(), [this] { sample_and_act(); });
+      }
+    });
+  } else {
+    spdlog::info("supervisor: no kernel PSI trigger ({}); sampling every {} ms", psi_trigger_->error(), h.interval_ms);
+  }
   timer_.expires_after(milliseconds(h.interval_ms));
   timer_.async_wait([this](auto ec) { if (!ec) tick(); });
 }
@@ -135,6 +152,7 @@ Supervisor::~Supervisor() {
   }
   probe_cv_.notify_all();
   if (prober_.joinable()) prober_.join();
+  if (psi_waiter_.joinable()) psi_waiter_.join();
   if (recovery_.joinable()) recovery_.join();
   timer_.cancel();
   pipe_.reset();  // restores stderr after its last lines went through

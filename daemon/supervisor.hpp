@@ -86,6 +86,9 @@ class Supervisor {
   bool probe_now_ = false;
   bool quitting_ = false;
   std::thread prober_;
+  // Kernel PSI trigger: wakes a sample at once instead of at the next tick.
+  std::unique_ptr<health::PsiTrigger> psi_trigger_;
+  std::thread psi_waiter_;
 };
 
 }  // namespace inferd::daemon
