@@ -119,7 +119,7 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
       check_admin_access(req, api_key);
       auto eng = engines_.engine();
       if (!eng || !baselined_) throw HttpError(503, "no probe before the warm-up gate has opened");
-      const auto r = probe_.has_golden() ? probe_.run(*eng) : probe_.capture_golden(*eng);
+      const auto r = probe_.has_golden() ? probe_.run(*eng, probe_budget()) : probe_.capture_golden(*eng);
       if (!r.ok) probe_failed_ = true;
       return Response::json(r.ok ? 200 : 503, probe_json(r));
     });
@@ -190,12 +190,19 @@ void Supervisor::probe_loop() {
       const auto r = probe_.capture_golden(*eng);
       if (r.ok) spdlog::info("supervisor: probe golden '{}' ({:.0f} ms)", r.text, r.seconds * 1e3);
       else spdlog::error("supervisor: could not capture the probe's golden: {}", r.reason);
-    } else if (const auto r = probe_.run(*eng); !r.ok) {
+    } else if (const auto r = probe_.run(*eng, probe_budget()); !r.ok) {
       probe_failed_ = true;
       spdlog::error("supervisor: generation probe failed: {}", r.reason);
     }
     lk.lock();
   }
+}
+
+// The probe may take as long as its tokens take at the engine's slow steps now:
+// under load an answer is late without anything being wrong.
+milliseconds Supervisor::probe_budget() const {
+  const double p99_s = duration<double>(watchdog_->p99()).count();
+  return milliseconds(static_cast<int64_t>(3e3 * (probe_.max_tokens() + 2) * p99_s));
 }
 
 void Supervisor::tick() {
@@ -236,7 +243,7 @@ void Supervisor::sample_and_act() {
     watchdog_->record_step(duration_cast<nanoseconds>(hb.last_step()));
   }
   signals.push_back(watchdog_->sample().signal);
-  if (probe_failed_.exchange(false)) signals.push_back({"probe", Level::Critical, probe_.last().reason});
+  if (probe_failed_.exchange(false)) signals.push_back(probe_.signal());
 
   Metrics& m = daemon_.metrics();
   Level top = Level::Ok;

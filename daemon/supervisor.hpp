@@ -52,6 +52,7 @@ class Supervisor {
   void recover(std::string reason);
   void on_first_serving();
   void probe_loop();
+  std::chrono::milliseconds probe_budget() const;
   std::string probe_json(const health::ProbeResult& r) const;
 
   Daemon& daemon_;

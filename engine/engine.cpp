@@ -207,7 +207,8 @@ void Engine::loop() {
         reset_cv_.notify_all();
       }
       while (!inbox_.empty()) {
-        waiting_.push_back(std::move(inbox_.front()));
+        if (inbox_.front()->req.priority) waiting_.push_front(std::move(inbox_.front()));
+        else waiting_.push_back(std::move(inbox_.front()));
         inbox_.pop_front();
       }
       if (stopping_) break;

@@ -83,6 +83,7 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   bool skip_special_tokens = true;
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  bool priority = false;  // jumps the waiting queue (health probes: they measure the engine, not the queue)
   std::function<void(Delta&&)> sink;
 };
 

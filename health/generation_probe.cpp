@@ -1,5 +1,6 @@
 #include "health/generation_probe.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <memory>
 
@@ -21,7 +22,8 @@ std::string one_line(const std::string& s) {
 
 }  // namespace
 
-ProbeResult GenerationProbe::generate(engine::Engine& eng) const {
+ProbeResult GenerationProbe::generate(engine::Engine& eng, std::chrono::milliseconds budget) const {
+  budget = std::max(budget, opts_.budget);
   struct Wait {
     std::mutex mu;
     std::condition_variable cv;
@@ -41,6 +43,7 @@ ProbeResult GenerationProbe::generate(engine::Engine& eng) const {
   req.max_tokens = opts_.max_tokens;
   req.ignore_eos = true;
   req.sampling.temperature = 0;
+  req.priority = true;
   req.sink = [w](engine::Delta&& d) {
     std::lock_guard lk(w->mu);
     for (const auto& t : d.tokens) w->tokens.push_back(t.id);
@@ -62,15 +65,17 @@ ProbeResult GenerationProbe::generate(engine::Engine& eng) const {
     return r;
   }
   std::unique_lock lk(w->mu);
-  const bool finished = w->cv.wait_for(lk, opts_.budget, [&] { return w->done; });
+  const bool finished = w->cv.wait_for(lk, budget, [&] { return w->done; });
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.tokens = w->tokens;
   r.text = w->text;
   if (!finished) {
     handle->cancel();
-    r.reason = fmt::format("no answer within the {} ms budget", opts_.budget.count());
+    r.reason = fmt::format("no answer within the {} ms budget", budget.count());
+    r.level = Level::Shed;
   } else if (w->finish != engine::FinishReason::Length) {
     r.reason = fmt::format("ended {}{}{}", engine::to_string(w->finish), w->error.empty() ? "" : ": ", w->error);
+    r.level = Level::Critical;
   } else {
     r.ok = true;
   }
@@ -78,7 +83,7 @@ ProbeResult GenerationProbe::generate(engine::Engine& eng) const {
 }
 
 ProbeResult GenerationProbe::capture_golden(engine::Engine& eng) {
-  ProbeResult r = generate(eng);
+  ProbeResult r = generate(eng, opts_.budget * 10);  // no golden yet: nothing to hurry for
   std::lock_guard lk(mu_);
   if (r.ok) {
     golden_ = r.tokens;
@@ -88,11 +93,12 @@ ProbeResult GenerationProbe::capture_golden(engine::Engine& eng) {
   return r;
 }
 
-ProbeResult GenerationProbe::run(engine::Engine& eng) {
-  ProbeResult r = generate(eng);
+ProbeResult GenerationProbe::run(engine::Engine& eng, std::chrono::milliseconds budget) {
+  ProbeResult r = generate(eng, budget);
   std::lock_guard lk(mu_);
   if (r.ok && golden_ && r.tokens != *golden_) {
     r.ok = false;
+    r.level = Level::Critical;
     r.reason = fmt::format("answered '{}' where the golden is '{}'", one_line(r.text), one_line(golden_text_));
   }
   last_ = r;
@@ -112,7 +118,7 @@ bool GenerationProbe::has_golden() const {
 Signal GenerationProbe::signal() const {
   std::lock_guard lk(mu_);
   if (!last_.ran || last_.ok) return {"probe", Level::Ok, last_.ran ? "matches the golden" : "not run yet"};
-  return {"probe", Level::Critical, last_.reason};
+  return {"probe", last_.level, last_.reason};
 }
 
 }  // namespace inferd::health

@@ -119,7 +119,7 @@ def test_sighup_reloads_the_log_level_only(start_daemon, tmp_path):
     cfg = tmp_path / "inferd.toml"
     cfg.write_text('[log]\nlevel = "info"\n')
     d = start_daemon(["--config", str(cfg)])
-    cfg.write_text('[log]\nlevel = "debug"\n[engine]\nmax_num_seqs = 3\n')
+    cfg.write_text('[log]\nlevel = "debug"\n[engine]\nblock_size = 32\n')
     d.signal(signal.SIGHUP)
     deadline = time.monotonic() + 10
     while "SIGHUP: log level debug" not in d.output() and time.monotonic() < deadline:

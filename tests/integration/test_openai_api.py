@@ -348,7 +348,7 @@ def test_disconnect_mid_stream_cancels(serving_daemon, model_name):
     aborted_before = metric(serving_daemon, "vllm:request_success_total", abort) or 0
     generated_before = metric(serving_daemon, "vllm:generation_tokens_total")
     body = {"model": model_name, "messages": [{"role": "user", "content": "Write a long essay."}],
-            "max_tokens": 2000, "ignore_eos": True, "stream": True, "temperature": 0}
+            "max_tokens": 900, "ignore_eos": True, "stream": True, "temperature": 0}
     with requests.post(serving_daemon.url + "/v1/chat/completions", json=body, stream=True, timeout=60) as r:
         assert r.status_code == 200
         lines = r.iter_lines()

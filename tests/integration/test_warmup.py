@@ -161,7 +161,11 @@ def test_default_config_mixed_traffic_finds_no_cold_shapes(start_daemon):
     d = start_daemon(["--model", default_model()], small_shapes=False, timeout=300)
     assert metric(d, "inferd_warmup_keys_covered") == metric(d, "inferd_warmup_keys_total")
     print(f"default-config warm-up: {metric(d, 'inferd_warmup_seconds'):.1f} s")
-    mixed_traffic(d, rounds=2)
+    try:
+        mixed_traffic(d, rounds=2)
+    except Exception:
+        print(d.output()[-6000:])
+        raise
     assert metric(d, "inferd_cold_shapes_total") == 0, \
         [l for l in d.output().splitlines() if "cold shape" in l]
 
