@@ -25,6 +25,15 @@ def default_model():
     return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def metric(d, name, labels=None):
+    """The value of one sample of d's /metrics with exactly these labels, or None."""
+    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+    for line in d.get("/metrics").text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return None
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,17 +9,9 @@ import time
 
 import requests
 
-from conftest import default_model
+from conftest import default_model, metric
 
 SUPERVISED = ["--model", default_model(), "--health-interval-ms", "100"]
-
-
-def metric(d, name, labels=None):
-    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
-    for line in d.get("/metrics").text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    return None
 
 
 def wait_state(d, states, timeout):

@@ -10,16 +10,7 @@ import openai
 import pytest
 import requests
 
-from conftest import INFERCTL, default_model
-
-
-def metric(d, name, labels=None):
-    """The value of one sample of /metrics, or None."""
-    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
-    for line in d.get("/metrics").text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    return None
+from conftest import INFERCTL, default_model, metric
 
 
 def wait_until(pred, timeout, what):
