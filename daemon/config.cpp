@@ -77,6 +77,25 @@ Key float_key(std::string_view section, std::string_view name, std::string_view 
           }};
 }
 
+// "warn,shed,critical": three ascending percentages, for PSI thresholds.
+Key psi_key(std::string_view name, std::array<double, 3> HealthConfig::*field) {
+  return {"health", name, "", Kind::String, "", [=](Config& c, const Value& v) -> std::string {
+            const auto& s = std::get<std::string>(v);
+            std::array<double, 3> t{};
+            const char* p = s.c_str();
+            for (int i = 0; i < 3; ++i) {
+              char* end = nullptr;
+              t[i] = std::strtod(p, &end);
+              if (end == p || (i < 2 && *end != ',') || (i == 2 && *end != '\0') || t[i] < 0 || t[i] > 100 ||
+                  (i > 0 && t[i] < t[i - 1]))
+                return fmt::format("must be three ascending percentages \"warn,shed,critical\", got '{}'", s);
+              p = end + 1;
+            }
+            c.health.*field = t;
+            return {};
+          }};
+}
+
 // `check` may normalise the string in place; it returns the problem or "".
 template <class S>
 Key string_key(std::string_view section, std::string_view name, std::string_view flag, S Config::*sec,
@@ -220,6 +239,11 @@ const std::vector<Key>& keys() {
       float_key("health", "mem_critical_fraction", "", &C::health, &HealthConfig::mem_critical_fraction, 0, 1, ""),
       int_key("health", "min_available_bytes", "", &C::health, &HealthConfig::min_available_bytes, 0,
               int64_t{1} << 50, ""),
+      psi_key("psi_some_avg10", &HealthConfig::psi_some_avg10),
+      psi_key("psi_full_avg10", &HealthConfig::psi_full_avg10),
+      psi_key("psi_some_avg60", &HealthConfig::psi_some_avg60),
+      psi_key("psi_full_avg60", &HealthConfig::psi_full_avg60),
+      float_key("health", "rss_growth_warn", "", &C::health, &HealthConfig::rss_growth_warn, 0, 1000, ""),
       int_key("health", "calm_samples_to_unshed", "", &C::health, &HealthConfig::calm_samples_to_unshed, 1, 100000,
               ""),
       int_key("health", "max_recoveries", "max-recoveries", &C::health, &HealthConfig::max_recoveries, 0, 1000,

@@ -2,6 +2,7 @@
 // command-line flags (vLLM's spelling where the meaning is the same). Every key is
 // documented in etc/inferd.toml and docs/CONFIGURATION.md.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -90,6 +91,12 @@ struct HealthConfig {
   int64_t mem_critical_bytes = int64_t{1} << 30;
   double mem_critical_fraction = 0.05;
   int64_t min_available_bytes = 0;       // start-up refuses to leave Loading below this
+  // Memory pressure (percent of time stalled) at which warn, shed and critical start.
+  std::array<double, 3> psi_some_avg10{10, 20, 40};
+  std::array<double, 3> psi_full_avg10{5, 10, 20};
+  std::array<double, 3> psi_some_avg60{5, 10, 25};
+  std::array<double, 3> psi_full_avg60{2, 5, 10};
+  double rss_growth_warn = 0.25;         // RSS above the post-warm-up baseline by this share warns
   int calm_samples_to_unshed = 8;
   int max_recoveries = 3;
   int recovery_window_s = 600;

@@ -57,6 +57,11 @@ health::MeminfoOptions meminfo_options(const HealthConfig& h) {
   return o;
 }
 
+health::PsiOptions psi_options(const HealthConfig& h) {
+  auto t = [](const std::array<double, 3>& a) { return health::PsiThresholds{a[0], a[1], a[2]}; };
+  return {t(h.psi_some_avg10), t(h.psi_full_avg10), t(h.psi_some_avg60), t(h.psi_full_avg60)};
+}
+
 double level_value(health::Level l) { return static_cast<double>(static_cast<int>(l)); }
 
 }  // namespace
@@ -68,9 +73,10 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
       enabled_(daemon.config().health.enable),
       timer_(daemon.supervisor()),
       scanner_(scanner_options(daemon.config().health)),
-      psi_({}, health::Procfs(daemon.config().health.procfs_root)),
+      psi_(psi_options(daemon.config().health), health::Procfs(daemon.config().health.procfs_root)),
       meminfo_(meminfo_options(daemon.config().health), health::Procfs(daemon.config().health.procfs_root)),
-      process_({}, health::Procfs(daemon.config().health.procfs_root)),
+      process_({.rss_growth_warn = daemon.config().health.rss_growth_warn},
+               health::Procfs(daemon.config().health.procfs_root)),
       probe_({.budget = milliseconds(daemon.config().health.probe_budget_ms)}),
       policy_({.calm_samples_to_unshed = daemon.config().health.calm_samples_to_unshed,
                .max_recoveries = daemon.config().health.max_recoveries,

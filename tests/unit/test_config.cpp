@@ -272,6 +272,24 @@ target = "journald"
     CHECK(usage().find("--max-waiting N") != std::string::npos);
   }
 
+  TEST_CASE("config: [warmup] and [health] keys, their flags and their errors") {
+    const Config c = parse_config_toml("[warmup]\nretries = 5\nphase_timeout_s = 12\n[health]\n"
+                                       "psi_some_avg10 = \"1,2.5,3\"\nmax_recoveries = 7\n", "x.toml");
+    CHECK(c.warmup.retries == 5);
+    CHECK(c.warmup.phase_timeout_s == 12.0);
+    CHECK(c.health.psi_some_avg10 == std::array<double, 3>{1, 2.5, 3});
+    CHECK(c.health.max_recoveries == 7);
+    CHECK(!load_config(cmdline({"--no-warmup"})).warmup.enable);
+    CHECK(!load_config(cmdline({"--no-supervise"})).health.enable);
+    CHECK(load_config(cmdline({"--watchdog-floor", "1.5"})).health.watchdog_floor_s == 1.5);
+    CHECK(config_error("[health]\npsi_full_avg60 = \"5,2,10\"\n") ==
+          "x.toml:2: [health] psi_full_avg60: must be three ascending percentages \"warn,shed,critical\", got '5,2,10'");
+    CHECK(config_error("[health]\npsi_full_avg60 = \"5,6\"\n").find("three ascending") != std::string::npos);
+    CHECK(config_error("[warmup]\nphase_timeout_s = 0\n") ==
+          "x.toml:2: [warmup] phase_timeout_s: must be between 1 and 86400, got 0");
+    CHECK(config_error("[health]\nwatchdog = 1\n") == "x.toml:2: [health] watchdog: unknown key");
+  }
+
   TEST_CASE("config: --help lists every flag") {
     const std::string u = usage();
     for (const char* flag : {"--host", "--port", "--model", "--served-model-name", "--tensor-parallel-size",
