@@ -168,7 +168,8 @@ void Engine::enqueue(std::vector<std::unique_ptr<Sequence>> seqs, bool queue_lim
   {
     std::lock_guard lk(mu_);
     if (stopping_) throw QueueFull("the engine is stopping");
-    if (queue_limit && inbox_.size() + static_cast<size_t>(n_waiting_.load()) + seqs.size() > opts_.max_waiting)
+    // n_waiting_ counts the inbox too: submit adds to it, each step recounts both under this lock.
+    if (queue_limit && static_cast<size_t>(n_waiting_.load()) + seqs.size() > opts_.max_waiting)
       throw QueueFull("too many queued requests (" + std::to_string(opts_.max_waiting) + ")");
     for (auto& s : seqs) inbox_.push_back(std::move(s));
     n_waiting_.fetch_add(static_cast<int>(seqs.size()));
@@ -222,7 +223,10 @@ void Engine::loop() {
     }
     std::erase_if(running_, [](const auto& s) { return s->done; });
     n_running_.store(static_cast<int>(running_.size()));
-    n_waiting_.store(static_cast<int>(waiting_.size()));
+    {
+      std::lock_guard lk(mu_);
+      n_waiting_.store(static_cast<int>(waiting_.size() + inbox_.size()));
+    }
     kv_used_.store(blocks_->num_used());
   }
   for (auto& s : running_) finish(*s, FinishReason::Error, "the engine stopped");
@@ -245,6 +249,7 @@ bool Engine::reset(const std::string& reason, std::chrono::milliseconds timeout)
 void Engine::release_held() {
   {
     std::lock_guard lk(mu_);
+    n_waiting_.fetch_add(static_cast<int>(held_.size()));
     while (!held_.empty()) {
       inbox_.push_front(std::move(held_.back()));
       held_.pop_back();

@@ -137,7 +137,7 @@ HttpReply http_request_streamed(const Url& url, std::string_view method, std::st
   Connection c;
   send_request(c, url, method, path, body, timeout, api_key);
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);  // a stream has no natural bound; the caller stops reading
+  parser.body_limit(boost::none);  // a stream has no natural bound
   auto ec = run_step(c, timeout, [&](auto done) { http::async_read_header(c.stream, c.buffer, parser, done); });
   if (ec) fail(url, ec, timeout);
 
