@@ -254,7 +254,6 @@ void Engine::release_held() {
       inbox_.push_front(std::move(held_.back()));
       held_.pop_back();
     }
-    n_held_.store(0);
   }
   cv_.notify_one();
 }
@@ -282,7 +281,6 @@ void Engine::do_reset(const std::string& reason) {
   inbox_.clear();
   // Whatever the cache holds may be what went wrong: nothing of it is reused.
   blocks_->clear_cache();
-  n_held_.store(static_cast<int>(held_.size()));
   n_running_.store(0);
   n_waiting_.store(0);
   kv_used_.store(blocks_->num_used());

@@ -161,7 +161,6 @@ class Engine {
   bool reset(const std::string& reason, std::chrono::milliseconds timeout);
   // The held requests go back to the queue, ahead of anything newer.
   void release_held();
-  int held() const { return n_held_.load(); }
 
  private:
   std::unique_ptr<Sequence> make_sequence(GenerationRequest req) const;  // validates; throws InvalidRequest
@@ -203,7 +202,6 @@ class Engine {
   std::condition_variable reset_cv_;
   std::deque<std::unique_ptr<Sequence>> held_;
   std::atomic<bool> abort_step_{false};
-  std::atomic<int> n_held_{0};
 
   // Scheduler-thread state.
   std::deque<std::unique_ptr<Sequence>> waiting_;

@@ -25,7 +25,6 @@ struct ShapeAxes {
   std::vector<int64_t> sampled_seqs;
   std::vector<int64_t> contexts;
   std::vector<int64_t> decode_batches;
-  int64_t max_step_tokens() const { return step_tokens.empty() ? 0 : step_tokens.back(); }
 };
 
 ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model_len);

@@ -36,7 +36,6 @@ class Policy {
   explicit Policy(PolicyOptions options = {}) : opts_(options) {}
 
   Decision decide(const std::vector<Signal>& signals, Clock::time_point now = Clock::now());
-  bool shedding() const { return shedding_; }
   int recoveries_in_window(Clock::time_point now = Clock::now());
 
  private:
