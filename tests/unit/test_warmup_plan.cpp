@@ -118,6 +118,15 @@ TEST_CASE("warm-up run: a real plan touches exactly the probed reachable keys") 
   for (const auto& k : reachable) want.insert(k.str());
   for (const auto& [key, use] : reg.snapshot()) CHECK_MESSAGE(want.count(key.str()), key.str());
 
+  // The gate names a reachable key that was never touched.
+  auto wider = reachable;
+  wider.push_back({"matmul.q4_1", "n=7,k=7,t=1"});
+  const warmup::Report gap = warmup::run_plan(eng, warmup::Plan{}, wider, opts);
+  CHECK(!gap.passed());
+  CHECK(gap.missing.size() == 1);
+  CHECK(gap.failure.find("1 of " + std::to_string(wider.size()) + " reachable shape keys were not touched: "
+                          "matmul.q4_1[n=7,k=7,t=1]") != std::string::npos);
+
   // A second run is not served from the prefix cache: it passes again. A run
   // told to stop fails in its first phase.
   CHECK(warmup::run_plan(eng, plan, reachable, opts).passed());
