@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
@@ -28,14 +30,25 @@ namespace inferd::daemon {
 namespace {
 
 thread_local std::string t_request_id;
+thread_local ScopedLogFields::Fields t_fields;
 std::atomic<const Lifecycle*> g_lifecycle{nullptr};
 
-// "%q" in the stderr pattern: "[req ID] " while a request id is in scope.
+// "%q" in the stderr pattern: "[req ID] " while a request id is in scope, then
+// "[name=value ...] " while fields are.
 class RequestIdFlag final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg&, const std::tm&, spdlog::memory_buf_t& dest) override {
-    if (t_request_id.empty()) return;
-    fmt::format_to(std::back_inserter(dest), "[req {}] ", t_request_id);
+    auto out = std::back_inserter(dest);
+    if (!t_request_id.empty()) fmt::format_to(out, "[req {}] ", t_request_id);
+    if (t_fields.empty()) return;
+    const char* sep = "[";
+    for (const auto& [name, value] : t_fields) {
+      const bool quote = value.empty() || value.find(' ') != std::string::npos;
+      if (quote) fmt::format_to(out, "{}{}=\"{}\"", sep, name, value);
+      else fmt::format_to(out, "{}{}={}", sep, name, value);
+      sep = " ";
+    }
+    fmt::format_to(out, "] ");
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<RequestIdFlag>(); }
 };
@@ -56,17 +69,21 @@ int syslog_priority(spdlog::level::level_enum level) {
 class JournaldSink final : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
-    std::string fields[6];
-    size_t n = 0;
-    fields[n++] = fmt::format("MESSAGE={}", std::string_view(msg.payload.data(), msg.payload.size()));
-    fields[n++] = fmt::format("PRIORITY={}", syslog_priority(msg.level));
-    fields[n++] = "SYSLOG_IDENTIFIER=inferd";
+    std::vector<std::string> fields;
+    fields.push_back(fmt::format("MESSAGE={}", std::string_view(msg.payload.data(), msg.payload.size())));
+    fields.push_back(fmt::format("PRIORITY={}", syslog_priority(msg.level)));
+    fields.push_back("SYSLOG_IDENTIFIER=inferd");
     if (const Lifecycle* lc = g_lifecycle.load(std::memory_order_acquire))
-      fields[n++] = fmt::format("INFERD_STATE={}", to_string(lc->state()));
-    if (!t_request_id.empty()) fields[n++] = "INFERD_REQUEST_ID=" + t_request_id;
-    iovec iov[6];
-    for (size_t i = 0; i < n; ++i) iov[i] = {fields[i].data(), fields[i].size()};
-    if (sd_journal_sendv(iov, static_cast<int>(n)) < 0) {
+      fields.push_back(fmt::format("INFERD_STATE={}", to_string(lc->state())));
+    if (!t_request_id.empty()) fields.push_back("INFERD_REQUEST_ID=" + t_request_id);
+    for (const auto& [name, value] : t_fields) {
+      std::string f = "INFERD_" + name + "=" + value;
+      for (size_t i = 7; i < 7 + name.size(); ++i) f[i] = static_cast<char>(std::toupper(static_cast<unsigned char>(f[i])));
+      fields.push_back(std::move(f));
+    }
+    std::vector<iovec> iov;
+    for (auto& f : fields) iov.push_back({f.data(), f.size()});
+    if (sd_journal_sendv(iov.data(), static_cast<int>(iov.size())) < 0) {
       // journald is unreachable: stderr is its stream too, and it reads a
       // "<priority>" prefix there, so the record keeps its priority.
       std::fprintf(stderr, "<%d>%.*s\n", syslog_priority(msg.level), static_cast<int>(msg.payload.size()),
@@ -139,5 +156,13 @@ ScopedRequestId::ScopedRequestId(std::string id) : previous_(std::exchange(t_req
 ScopedRequestId::~ScopedRequestId() { t_request_id = std::move(previous_); }
 
 std::string_view current_request_id() { return t_request_id; }
+
+ScopedLogFields::ScopedLogFields(const Fields& fields) : outer_size_(t_fields.size()) {
+  t_fields.insert(t_fields.end(), fields.begin(), fields.end());
+}
+
+ScopedLogFields::~ScopedLogFields() { t_fields.resize(outer_size_); }
+
+const ScopedLogFields::Fields& current_log_fields() { return t_fields; }
 
 }  // namespace inferd::daemon

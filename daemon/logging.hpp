@@ -1,9 +1,12 @@
 // Logging through spdlog: to the journal with structured fields (PRIORITY,
-// INFERD_STATE, INFERD_REQUEST_ID) when running under systemd, to stderr otherwise.
+// INFERD_STATE, INFERD_REQUEST_ID, and those of a ScopedLogFields) when running
+// under systemd, to stderr otherwise.
 #pragma once
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <spdlog/common.h>
 
@@ -44,5 +47,24 @@ class ScopedRequestId {
 
 // The request id of this thread's current scope, "" when none.
 std::string_view current_request_id();
+
+// Tags every record logged by this thread while it lives with fields: in the
+// journal as INFERD_<NAME>=value (so `journalctl INFERD_ACTION=recover` selects
+// the supervisor's decisions), on stderr as "[name=value ...] ". Names are
+// lower-case words; scopes nest.
+class ScopedLogFields {
+ public:
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  explicit ScopedLogFields(const Fields& fields);
+  ~ScopedLogFields();
+  ScopedLogFields(const ScopedLogFields&) = delete;
+  ScopedLogFields& operator=(const ScopedLogFields&) = delete;
+
+ private:
+  size_t outer_size_;
+};
+
+// The fields of this thread's current scopes, outermost first.
+const ScopedLogFields::Fields& current_log_fields();
 
 }  // namespace inferd::daemon

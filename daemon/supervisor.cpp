@@ -15,6 +15,7 @@
 #include "daemon/engine_host.hpp"
 #include "daemon/http_server.hpp"
 #include "daemon/json_error.hpp"
+#include "daemon/logging.hpp"
 #include "daemon/warmup_host.hpp"
 #include "engine/fault_points.hpp"
 
@@ -128,6 +129,10 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
       const auto r = probe_.has_golden() ? probe_.run(*eng, probe_budget()) : probe_.capture_golden(*eng);
       if (!r.ok) probe_failed_ = true;
       return Response::json(r.ok ? 200 : 503, probe_json(r));
+    });
+    http->route("GET", "/admin/supervisor", [this, api_key](const Request& req) {
+      check_admin_access(req, api_key);
+      return Response::json(200, report_json());
     });
   }
   prober_ = std::thread([this] { probe_loop(); });
@@ -277,12 +282,31 @@ void Supervisor::sample_and_act() {
   }
 
   const State state = daemon_.lifecycle().state();
-  if (!enabled_ || recovering_ || (state != State::Serving && state != State::Degraded)) return;
-  act(policy_.decide(signals));
+  health::Decision d;
+  {
+    std::lock_guard lk(report_mu_);
+    last_signals_ = signals;
+    if (!enabled_ || recovering_ || (state != State::Serving && state != State::Degraded)) return;
+    d = policy_.decide(signals);
+  }
+  act(d);
 }
 
 void Supervisor::act(const health::Decision& d) {
   if (d.action == health::Action::None) return;
+  uint64_t id = 0;
+  {
+    std::lock_guard lk(report_mu_);
+    id = next_decision_++;
+    decisions_.push_back({id, system_clock::now(), d, ""});
+    if (decisions_.size() > kDecisionsKept) decisions_.pop_front();
+  }
+  std::string monitors;
+  for (const auto& m : d.monitors) monitors += (monitors.empty() ? "" : ",") + m;
+  ScopedLogFields fields({{"decision", std::to_string(id)},
+                          {"action", std::string(health::action_name(d.action))},
+                          {"level", std::string(health::level_name(d.level))},
+                          {"monitors", monitors}});
   spdlog::warn("supervisor: {}: {}", health::action_name(d.action), d.reason);
   Lifecycle& lc = daemon_.lifecycle();
   switch (d.action) {
@@ -290,55 +314,99 @@ void Supervisor::act(const health::Decision& d) {
     case health::Action::Shed:
       sheds_->inc();
       if (lc.transition(State::Degraded, d.reason)) lc.set_phase("shedding load: " + d.reason);
+      set_outcome(id, std::string("state ") + std::string(to_string(lc.state())));
       break;
     case health::Action::Unshed:
       lc.transition(State::Serving, d.reason);
+      set_outcome(id, std::string("state ") + std::string(to_string(lc.state())));
       break;
     case health::Action::Recover:
+      set_outcome(id, "recovering");
       recovering_ = true;
       if (recovery_.joinable()) recovery_.join();
-      recovery_ = std::thread([this, reason = d.reason] { recover(reason); });
+      recovery_ = std::thread([this, reason = d.reason, id] { recover(reason, id); });
       break;
     case health::Action::Fail:
+      set_outcome(id, "failed: exit 1");
       daemon_.fail("supervisor: " + d.reason);
       break;
   }
 }
 
-void Supervisor::recover(std::string reason) {
+void Supervisor::set_outcome(uint64_t decision, std::string outcome) {
+  std::lock_guard lk(report_mu_);
+  for (auto& r : decisions_)
+    if (r.id == decision) r.outcome = std::move(outcome);
+}
+
+void Supervisor::recover(std::string reason, uint64_t decision) {
   struct Done {
     std::atomic<bool>& flag;
     ~Done() { flag = false; }
   } done{recovering_};
   const auto start = steady_clock::now();
+  ScopedLogFields fields({{"decision", std::to_string(decision)}, {"action", "recover"}});
   Lifecycle& lc = daemon_.lifecycle();
-  if (!lc.transition(State::Recovering, reason)) return;
+  auto failed = [&](std::string why) {
+    set_outcome(decision, "failed: " + why);
+    daemon_.fail(std::move(why));
+  };
+  if (!lc.transition(State::Recovering, reason)) return set_outcome(decision, "not started: the daemon is stopping");
   try {
     auto eng = engines_.engine();
     const int timeout = daemon_.config().health.reset_timeout_ms;
     lc.set_phase("resetting the engine");
-    if (!eng->reset(reason, milliseconds(timeout))) {
-      daemon_.fail(fmt::format("the engine did not leave its step within {} ms of a reset ({})", timeout, reason));
-      return;
-    }
-    if (!lc.transition(State::Warming, "engine reset; warming again")) return;
+    if (!eng->reset(reason, milliseconds(timeout)))
+      return failed(fmt::format("the engine did not leave its step within {} ms of a reset ({})", timeout, reason));
+    if (!lc.transition(State::Warming, "engine reset; warming again")) return set_outcome(decision, "interrupted");
     warmup_.warm(daemon_);
     scanner_.mark_baseline();
     eng->release_held();
-    if (!lc.transition(State::Serving, "recovered from: " + reason)) return;
+    if (!lc.transition(State::Serving, "recovered from: " + reason)) return set_outcome(decision, "interrupted");
   } catch (const std::exception& e) {
-    if (!daemon_.stopping()) daemon_.fail(std::string("recovery failed: ") + e.what());
+    if (!daemon_.stopping()) failed(std::string("recovery failed: ") + e.what());
+    else set_outcome(decision, "interrupted: the daemon is stopping");
     return;
   }
   const double secs = duration<double>(steady_clock::now() - start).count();
   recoveries_->inc();
   mttr_->set(secs);
+  set_outcome(decision, fmt::format("recovered in {:.2f} s", secs));
+  ScopedLogFields outcome({{"recovery_seconds", fmt::format("{:.3f}", secs)}});
   spdlog::info("supervisor: recovered in {:.2f} s (fault: {})", secs, reason);
   {
     std::lock_guard lk(probe_mu_);
     probe_now_ = true;  // check the answer right away
   }
   probe_cv_.notify_all();
+}
+
+std::string Supervisor::report_json() {
+  namespace json = boost::json;
+  std::lock_guard lk(report_mu_);
+  json::array monitors;
+  for (const auto& s : last_signals_)
+    monitors.push_back(json::object{{"monitor", s.monitor}, {"level", health::level_name(s.level)}, {"reason", s.reason}});
+  json::array decisions;
+  for (const auto& r : decisions_) {
+    json::array names;
+    for (const auto& m : r.decision.monitors) names.push_back(json::string(m));
+    decisions.push_back(json::object{{"id", r.id},
+                                     {"at", duration_cast<milliseconds>(r.at.time_since_epoch()).count() / 1000.0},
+                                     {"action", health::action_name(r.decision.action)},
+                                     {"level", health::level_name(r.decision.level)},
+                                     {"monitors", std::move(names)},
+                                     {"reason", r.decision.reason},
+                                     {"outcome", r.outcome}});
+  }
+  const auto& po = policy_.options();
+  return json::serialize(json::object{{"enabled", enabled_},
+                                      {"state", to_string(daemon_.lifecycle().state())},
+                                      {"recoveries_in_window", policy_.recoveries_in_window()},
+                                      {"max_recoveries", po.max_recoveries},
+                                      {"recovery_window_s", po.recovery_window.count()},
+                                      {"monitors", std::move(monitors)},
+                                      {"decisions", std::move(decisions)}});
 }
 
 std::string Supervisor::probe_json(const health::ProbeResult& r) const {

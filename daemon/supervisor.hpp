@@ -11,9 +11,13 @@
 // taken when the warm-up gate first opens.
 //   GET  /health/generate (alias /health_generate)  the last probe
 //   POST /admin/probe                                 runs one now and answers it
+//   GET  /admin/supervisor                            monitors now, recovery budget,
+//                                                     the last decisions and their outcome
+// Each decision is also a log record with fields (action, level, monitors, decision).
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,7 +53,9 @@ class Supervisor {
   void tick();
   void sample_and_act();
   void act(const health::Decision& d);
-  void recover(std::string reason);
+  void recover(std::string reason, uint64_t decision);
+  void set_outcome(uint64_t decision, std::string outcome);
+  std::string report_json();
   void on_first_serving();
   void probe_loop();
   std::chrono::milliseconds probe_budget() const;
@@ -68,7 +74,7 @@ class Supervisor {
   health::ProcessMonitor process_;
   std::unique_ptr<health::StepWatchdog> watchdog_;
   health::GenerationProbe probe_;
-  health::Policy policy_;
+  health::Policy policy_;  // guarded by report_mu_: the report reads its budget
   uint64_t steps_seen_ = 0;
   std::string last_levels_;  // to log only changes of the monitors' levels
 
@@ -76,6 +82,19 @@ class Supervisor {
   Counter* recoveries_ = nullptr;
   Counter* sheds_ = nullptr;
   Gauge* mttr_ = nullptr;
+
+  // What GET /admin/supervisor reports.
+  struct DecisionRecord {
+    uint64_t id = 0;
+    std::chrono::system_clock::time_point at;
+    health::Decision decision;
+    std::string outcome;  // what came of it: the state entered, the recovery's time or failure
+  };
+  static constexpr size_t kDecisionsKept = 64;
+  std::mutex report_mu_;
+  std::vector<health::Signal> last_signals_;
+  std::deque<DecisionRecord> decisions_;
+  uint64_t next_decision_ = 1;
 
   std::atomic<bool> baselined_{false};
   std::atomic<bool> recovering_{false};

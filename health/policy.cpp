@@ -19,32 +19,40 @@ int Policy::recoveries_in_window(Clock::time_point now) {
 }
 
 Decision Policy::decide(const std::vector<Signal>& signals, Clock::time_point now) {
-  Level top = Level::Ok;
-  std::string why;
-  for (const Signal& s : signals) top = worst(top, s.level);
+  Decision d;
+  for (const Signal& s : signals) d.level = worst(d.level, s.level);
   for (const Signal& s : signals)
-    if (s.level == top && top != Level::Ok) why += (why.empty() ? "" : "; ") + s.monitor + ": " + s.reason;
+    if (s.level == d.level && d.level != Level::Ok) {
+      d.reason += (d.reason.empty() ? "" : "; ") + s.monitor + ": " + s.reason;
+      d.monitors.push_back(s.monitor);
+    }
+  auto decided = [&](Action a) {
+    d.action = a;
+    return d;
+  };
 
-  if (top == Level::Critical) {
+  if (d.level == Level::Critical) {
     calm_ = 0;
-    if (recoveries_in_window(now) >= opts_.max_recoveries)
-      return {Action::Fail, why + " (and " + std::to_string(opts_.max_recoveries) +
-                                " recoveries already in the last " +
-                                std::to_string(opts_.recovery_window.count()) + " s)"};
+    if (recoveries_in_window(now) >= opts_.max_recoveries) {
+      d.reason += " (and " + std::to_string(opts_.max_recoveries) + " recoveries already in the last " +
+                  std::to_string(opts_.recovery_window.count()) + " s)";
+      return decided(Action::Fail);
+    }
     recoveries_.push_back(now);
     shedding_ = false;  // a recovery reopens unshed; pressure that remains sheds again
-    return {Action::Recover, why};
+    return decided(Action::Recover);
   }
-  if (top == Level::Shed) {
+  if (d.level == Level::Shed) {
     calm_ = 0;
     if (shedding_) return {};
     shedding_ = true;
-    return {Action::Shed, why};
+    return decided(Action::Shed);
   }
   if (shedding_ && ++calm_ >= opts_.calm_samples_to_unshed) {
     shedding_ = false;
     calm_ = 0;
-    return {Action::Unshed, "calm for " + std::to_string(opts_.calm_samples_to_unshed) + " samples"};
+    d.reason = "calm for " + std::to_string(opts_.calm_samples_to_unshed) + " samples";
+    return decided(Action::Unshed);
   }
   return {};
 }

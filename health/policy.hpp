@@ -27,7 +27,9 @@ struct PolicyOptions {
 
 struct Decision {
   Action action = Action::None;
-  std::string reason;  // the signal(s) behind it
+  Level level = Level::Ok;            // the worst signal level it answered
+  std::vector<std::string> monitors;  // the monitors at that level
+  std::string reason;                 // their reasons, in words
 };
 
 class Policy {
@@ -37,6 +39,7 @@ class Policy {
 
   Decision decide(const std::vector<Signal>& signals, Clock::time_point now = Clock::now());
   int recoveries_in_window(Clock::time_point now = Clock::now());
+  const PolicyOptions& options() const { return opts_; }
 
  private:
   PolicyOptions opts_;

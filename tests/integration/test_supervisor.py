@@ -51,6 +51,15 @@ def test_probe_mismatch_recovers_and_the_probe_passes_again(start_daemon):
     assert metric(d, "inferd_recoveries_total") == 1
     log = d.output()
     assert "supervisor: recover: probe: answered" in log and "Serving -> Recovering" in log
+    # The decision is a record with fields, and the report says what came of it.
+    assert "[decision=1 action=recover level=critical monitors=probe] supervisor: recover" in log
+    assert "[decision=1 action=recover recovery_seconds=" in log
+    report = d.get("/admin/supervisor").json()
+    assert report["recoveries_in_window"] == 1 and report["max_recoveries"] == 3
+    [rec] = report["decisions"]
+    assert rec["action"] == "recover" and rec["monitors"] == ["probe"]
+    assert rec["outcome"].startswith("recovered in ")
+    assert {m["monitor"] for m in report["monitors"]} >= {"psi", "meminfo", "process", "log", "step_watchdog"}
     print(f"probe mismatch: detected in {detect:.2f} s, reopened after {mttr:.1f} s")
 
 
@@ -106,6 +115,10 @@ def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
     wait_state(d, {"Serving"}, 10)  # calm again
     assert line in d.output()  # passed through to the real stderr
     assert metric(d, "inferd_sheds_total") == 1
+    shed, unshed = d.get("/admin/supervisor").json()["decisions"]
+    assert (shed["action"], shed["level"], shed["monitors"], shed["outcome"]) == ("shed", "shed", ["log"], "state Degraded")
+    assert (unshed["action"], unshed["outcome"]) == ("unshed", "state Serving")
+    assert "[decision=1 action=shed level=shed monitors=log] supervisor: shed" in d.output()
     print(f"error line: shed {detect:.2f} s after it was written")
 
 
