@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -64,6 +65,19 @@ health::PsiOptions psi_options(const HealthConfig& h) {
 }
 
 double level_value(health::Level l) { return static_cast<double>(static_cast<int>(l)); }
+
+// inferd_psi_percent{resource, kind, window}: every value of one pressure file.
+void export_pressure(Metrics& m, const std::string& resource, const health::PsiResource& r) {
+  if (!r.available) return;
+  auto set = [&](const char* kind, const health::PsiLine& l) {
+    for (auto [window, value] : {std::pair{"avg10", l.avg10}, {"avg60", l.avg60}, {"avg300", l.avg300}})
+      m.gauge("inferd_psi_percent", "Pressure stall: share of time tasks stalled on a resource (%)",
+              {{"resource", resource}, {"kind", kind}, {"window", window}})
+          .set(value);
+  };
+  set("some", r.some);
+  if (r.full) set("full", *r.full);
+}
 
 }  // namespace
 
@@ -266,15 +280,19 @@ void Supervisor::sample_and_act() {
     if (s.level != Level::Ok) levels += fmt::format(" {}={} ({})", s.monitor, health::level_name(s.level), s.reason);
   }
   level_->set(level_value(top));
-  if (mem.available) m.gauge("inferd_mem_available_bytes", "MemAvailable as the supervisor last read it").set(double(mem.mem_available));
+  if (mem.available) {
+    m.gauge("inferd_mem_available_bytes", "MemAvailable as the supervisor last read it").set(double(mem.mem_available));
+    m.gauge("inferd_mem_shed_floor_bytes", "MemAvailable below which the supervisor sheds").set(double(mem.shed_floor));
+    m.gauge("inferd_swap_used_bytes", "SwapTotal - SwapFree").set(double(mem.swap_total - std::min(mem.swap_free, mem.swap_total)));
+  }
   if (proc.available) {
     m.gauge("inferd_process_rss_bytes", "Resident set size").set(double(proc.rss_bytes));
     m.gauge("inferd_process_threads", "Threads of the process").set(double(proc.threads));
     if (proc.open_fds) m.gauge("inferd_process_open_fds", "Open file descriptors").set(double(*proc.open_fds));
   }
-  if (psi.available)
-    m.gauge("inferd_psi_memory_some_avg10", "Memory pressure: share of time some tasks stalled, last 10 s (%)")
-        .set(psi.memory.some.avg10);
+  export_pressure(m, "memory", psi.memory);
+  export_pressure(m, "cpu", psi.cpu);
+  export_pressure(m, "io", psi.io);
   if (levels != last_levels_) {
     if (levels.empty()) spdlog::info("supervisor: every monitor ok");
     else spdlog::warn("supervisor: monitors:{}", levels);

@@ -145,6 +145,10 @@ def test_replayed_memory_and_pressure_traces_shed_and_unshed(start_daemon, tmp_p
     # Memory pressure stall above the shed threshold.
     write_proc(tmp_path, 10_000_000, some_avg10=35.0)
     wait_state(d, {"Degraded"}, 5)
+    psi = {"resource": "memory", "kind": "some", "window": "avg10"}
+    assert metric(d, "inferd_psi_percent", psi) == 35.0
+    assert metric(d, "inferd_psi_percent", {**psi, "resource": "io"}) == 35.0
+    assert metric(d, "inferd_mem_available_bytes") == 10_000_000 * 1024
     write_proc(tmp_path, 10_000_000)
     wait_state(d, {"Serving"}, 10)
     assert metric(d, "inferd_sheds_total") == 2 and metric(d, "inferd_recoveries_total") == 0
