@@ -207,3 +207,12 @@ def test_too_many_recoveries_fail_the_process(start_daemon):
         time.sleep(0.2)
     assert d.wait(timeout=30) == 1
     assert "recoveries already in the last" in d.output()
+
+
+def test_too_little_memory_at_start_refuses_to_start(start_daemon, tmp_path):
+    write_proc(tmp_path, 2_000_000)  # 2 GB available; the reserve asks for 3 GB
+    cfg = tmp_path / "reserve.toml"
+    cfg.write_text(f"[health]\nmin_available_bytes = {3_000_000_000}\n")
+    d = start_daemon(SUPERVISED + ["--procfs-root", str(tmp_path), "--config", str(cfg)], wait_state=None)
+    assert d.wait(timeout=60) == 1
+    assert "below [health] min_available_bytes (2861 MiB)" in d.output()
