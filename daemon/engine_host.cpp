@@ -2,14 +2,35 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <ctime>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "daemon/config.hpp"
 #include "daemon/daemon.hpp"
 #include "daemon/health_routes.hpp"
+#include "daemon/metrics.hpp"
 #include "daemon/openai_routes.hpp"
 
 namespace inferd::daemon {
+
+namespace {
+
+int percent(const engine::LoadProgress& p) {
+  return p.bytes_total ? static_cast<int>(p.bytes_done * 100 / p.bytes_total) : 100;
+}
+
+// "weights 40% (36/90 MiB, 110/272 tensors)"
+std::string describe(const engine::LoadProgress& p) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return fmt::format("{} {}% ({:.0f}/{:.0f} MiB, {}/{} tensors)", p.stage, percent(p), p.bytes_done / kMiB,
+                     p.bytes_total / kMiB, p.tensors_done, p.tensors_total);
+}
+
+}  // namespace
 
 engine::EngineOptions engine_options(const Config& cfg) {
   engine::EngineOptions o;
@@ -25,6 +46,11 @@ engine::EngineOptions engine_options(const Config& cfg) {
 }
 
 EngineHost::EngineHost(Daemon& daemon) {
+  Metrics& m = daemon.metrics();
+  load_progress_ = &m.gauge("inferd_load_progress", "Share of the model's weight bytes loaded, 0 to 1.");
+  load_bytes_ = &m.gauge("inferd_load_bytes", "Bytes of the model's weights loaded so far.");
+  weights_bytes_ = &m.gauge("inferd_model_weights_bytes", "Bytes of the model's weights: the load's total.");
+  load_seconds_ = &m.gauge("inferd_load_seconds", "Seconds the model load took; set when it ends.");
   daemon.set_load_hook([this](Daemon& d) { load(d); });
   if (HttpServer* http = daemon.http())
     register_openai_routes(*http, daemon.lifecycle(), daemon.metrics(), [this] { return engine_.load(); },
@@ -38,7 +64,24 @@ EngineHost::~EngineHost() {
 void EngineHost::load(Daemon& d) {
   const Config& cfg = d.config();
   spdlog::info("loading {}", cfg.model.path);
-  auto eng = std::make_shared<engine::Engine>(engine_options(cfg), &d.heartbeat());
+  const auto start = std::chrono::steady_clock::now();
+  engine::EngineOptions opts = engine_options(cfg);
+  // The phase (systemd's STATUS=, /health/ready) moves once per stage and 10 %
+  // step, no more often, so even a fast load sends the same handful of messages.
+  using Step = std::pair<std::string_view, int>;  // stage, tens of percent
+  opts.on_load_progress = [this, &d, shown = Step()](const engine::LoadProgress& p) mutable {
+    load_bytes_->set(static_cast<double>(p.bytes_done));
+    weights_bytes_->set(static_cast<double>(p.bytes_total));
+    load_progress_->set(p.bytes_total ? static_cast<double>(p.bytes_done) / p.bytes_total : 1.0);
+    const Step step{p.stage, percent(p) / 10};
+    if (step == shown) return;
+    shown = step;
+    d.lifecycle().set_phase(describe(p));
+  };
+  auto eng = std::make_shared<engine::Engine>(opts, &d.heartbeat());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  load_seconds_->set(seconds);
+  spdlog::info("model loaded in {:.2f} s", seconds);
   d.set_drive_heartbeat(false);
   d.served_model().set({.id = cfg.model_name(),
                         .root = cfg.model.path,

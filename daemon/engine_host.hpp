@@ -1,6 +1,7 @@
 // Puts the engine into the daemon: registers the OpenAI routes, builds the engine
-// from the configuration at Loading (the model loads, the scheduler starts),
-// publishes the served model, and keeps it alive for as long as the daemon runs.
+// from the configuration at Loading (the model loads, the scheduler starts; its
+// progress goes to the Loading phase and /metrics), publishes the served model,
+// and keeps it alive for as long as the daemon runs.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -10,6 +11,7 @@
 namespace inferd::daemon {
 
 class Daemon;
+class Gauge;
 struct Config;
 
 engine::EngineOptions engine_options(const Config& cfg);
@@ -26,6 +28,10 @@ class EngineHost {
   void load(Daemon& d);
   // Set by the start-up thread, read by HTTP threads.
   std::atomic<std::shared_ptr<engine::Engine>> engine_;
+  Gauge* load_progress_;
+  Gauge* load_bytes_;
+  Gauge* weights_bytes_;
+  Gauge* load_seconds_;
 };
 
 }  // namespace inferd::daemon

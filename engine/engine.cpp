@@ -71,7 +71,18 @@ uint64_t block_hash(uint64_t prev, const int32_t* toks, int n) {
 Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts), heartbeat_(heartbeat) {
   backend_ = kernels::make_cpu_backend(opts_.threads);
   file_ = GgufFile::open(opts_.model_path);
-  model_ = load_model(*file_, *backend_, precision_);
+  // The stages after the weights repeat the weights' final counts under their own name.
+  LoadProgress last;
+  auto progress = [&](const LoadProgress& p) {
+    last = p;
+    if (opts_.on_load_progress) opts_.on_load_progress(p);
+  };
+  auto stage = [&](std::string_view name) {
+    last.stage = name;
+    progress(last);
+  };
+  model_ = load_model(*file_, *backend_, precision_, progress);
+  stage("tokenizer");
   tokenizer_ = Tokenizer::from_gguf(*file_);
   chat_ = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*file_, *tokenizer_));
   const auto& mc = model_->config();
@@ -89,6 +100,7 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   if (g.num_blocks < min_blocks)
     throw std::invalid_argument("kv cache of " + std::to_string(g.num_blocks) + " blocks cannot hold one sequence of " +
                                 std::to_string(max_model_len_) + " tokens");
+  stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g);
   blocks_ = std::make_unique<BlockAllocator>(g.num_blocks);
   spdlog::info("engine: {} ({} layers, dim {}, vocab {}), max_model_len {}, kv cache {} blocks x {} tokens ({:.0f} MiB), "

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/model.hpp"
+#include "engine/model_registry.hpp"
 #include "engine/sampler.hpp"
 #include "engine/shape_space.hpp"
 
@@ -43,6 +44,9 @@ struct EngineOptions {
   size_t kv_cache_bytes = size_t(1) << 30;
   bool enable_prefix_caching = true;
   size_t max_waiting = 256;         // queued requests beyond this are refused
+  // Hears the load as it goes (engine/model_registry.hpp): stages "weights" (per
+  // tensor), "tokenizer", "kv_cache", on the constructing thread.
+  LoadProgressFn on_load_progress;
 };
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };

@@ -519,4 +519,15 @@ const GgufTensorInfo& GgufFile::tensor(std::string_view name, std::initializer_l
   return *t;
 }
 
+void GgufFile::fault_in(const GgufTensorInfo& t) const {
+  if (t.nbytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // The mapping is page-aligned, so rounding down stays inside it.
+  const uintptr_t first = reinterpret_cast<uintptr_t>(t.data) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(t.data) + t.nbytes;
+  ::madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
+  // Volatile: the reads happen although nothing uses their values.
+  for (uintptr_t p = first; p < end; p += page) (void)*reinterpret_cast<const volatile uint8_t*>(p);
+}
+
 }  // namespace inferd::engine

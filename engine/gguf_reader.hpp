@@ -87,6 +87,10 @@ class GgufFile {
   // Throws LoadError naming the tensor if it is absent or its dims differ.
   const GgufTensorInfo& tensor(std::string_view name,
                                std::initializer_list<int64_t> expected_dims = {}) const;
+  // Reads t's data into memory now (readahead, then one touch per page), so a
+  // model used straight from the mapping pays for the disk at load, not at its
+  // first request.
+  void fault_in(const GgufTensorInfo& t) const;
 
  private:
   struct Value {

@@ -24,9 +24,10 @@ struct LlamaLayer {
 
 class LlamaModel final : public Model {
  public:
-  LlamaModel(const GgufFile& f, kernels::Backend& be, Precision precision) : be_(be), precision_(precision) {
+  LlamaModel(const GgufFile& f, kernels::Backend& be, Precision precision, WeightLoader& w)
+      : be_(be), precision_(precision) {
     read_config(f);
-    load_weights(f);
+    load_weights(f, w);
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -114,34 +115,36 @@ class LlamaModel final : public Model {
       throw LoadError(f.path(), 0, "invalid rope.dimension_count");
   }
 
-  WeightView view(const GgufTensorInfo& t) {
+  // Reported done once it is ready to run: converted (Exact) or faulted in (Fast).
+  WeightView view(WeightLoader& w, const GgufTensorInfo& t) {
+    WeightView v{t.type, t.data, t.rows(), t.cols(), kernels::row_bytes(t.type, t.cols())};
     if (precision_ == Precision::Exact && t.type != kernels::DType::F32) {
       // The reference path: one F32 copy, dequantized once at load.
       auto& buf = owned_.emplace_back(std::make_unique<float[]>(static_cast<size_t>(t.rows() * t.cols())));
-      const size_t stride = kernels::row_bytes(t.type, t.cols());
       for (int64_t r = 0; r < t.rows(); ++r)
-        kernels::dequantize_row(t.type, static_cast<const uint8_t*>(t.data) + r * stride, buf.get() + r * t.cols(),
-                                t.cols());
-      return WeightView{kernels::DType::F32, buf.get(), t.rows(), t.cols(), t.cols() * sizeof(float)};
+        kernels::dequantize_row(t.type, static_cast<const uint8_t*>(t.data) + r * v.row_stride,
+                                buf.get() + r * t.cols(), t.cols());
+      v = WeightView{kernels::DType::F32, buf.get(), t.rows(), t.cols(), t.cols() * sizeof(float)};
     }
-    return WeightView{t.type, t.data, t.rows(), t.cols(), kernels::row_bytes(t.type, t.cols())};
+    w.take(t);
+    return v;
   }
 
-  const float* f32(const GgufFile& f, const std::string& name, int64_t n) {
+  const float* f32(const GgufFile& f, WeightLoader& w, const std::string& name, int64_t n) {
     const auto& t = f.tensor(name, {n});
     if (t.type != kernels::DType::F32) throw LoadError(f.path(), t.offset, name + ": expected F32");
-    return static_cast<const float*>(t.data);
+    return static_cast<const float*>(w.take(t).data);
   }
 
-  void load_weights(const GgufFile& f) {
+  void load_weights(const GgufFile& f, WeightLoader& w) {
     const int64_t D = cfg_.dim, Dkv = int64_t(cfg_.n_kv_heads) * cfg_.head_dim, F = cfg_.ffn_dim;
     const auto& emb = f.tensor("token_embd.weight");
     if (emb.dims.size() != 2 || emb.dims[0] != D) throw LoadError(f.path(), emb.offset, "token_embd.weight: bad shape");
     cfg_.vocab = static_cast<int>(emb.dims[1]);
-    tok_embd_ = view(emb);
-    out_norm_ = f32(f, "output_norm.weight", D);
+    tok_embd_ = view(w, emb);
+    out_norm_ = f32(f, w, "output_norm.weight", D);
     if (f.find_tensor("output.weight")) {
-      output_ = view(f.tensor("output.weight", {D, cfg_.vocab}));
+      output_ = view(w, f.tensor("output.weight", {D, cfg_.vocab}));
     } else {
       output_ = tok_embd_;
       cfg_.tied_embeddings = true;
@@ -149,15 +152,15 @@ class LlamaModel final : public Model {
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       LlamaLayer L;
-      L.attn_norm = f32(f, p + "attn_norm.weight", D);
-      L.wq = view(f.tensor(p + "attn_q.weight", {D, D}));
-      L.wk = view(f.tensor(p + "attn_k.weight", {D, Dkv}));
-      L.wv = view(f.tensor(p + "attn_v.weight", {D, Dkv}));
-      L.wo = view(f.tensor(p + "attn_output.weight", {D, D}));
-      L.ffn_norm = f32(f, p + "ffn_norm.weight", D);
-      L.w_gate = view(f.tensor(p + "ffn_gate.weight", {D, F}));
-      L.w_up = view(f.tensor(p + "ffn_up.weight", {D, F}));
-      L.w_down = view(f.tensor(p + "ffn_down.weight", {F, D}));
+      L.attn_norm = f32(f, w, p + "attn_norm.weight", D);
+      L.wq = view(w, f.tensor(p + "attn_q.weight", {D, D}));
+      L.wk = view(w, f.tensor(p + "attn_k.weight", {D, Dkv}));
+      L.wv = view(w, f.tensor(p + "attn_v.weight", {D, Dkv}));
+      L.wo = view(w, f.tensor(p + "attn_output.weight", {D, D}));
+      L.ffn_norm = f32(f, w, p + "ffn_norm.weight", D);
+      L.w_gate = view(w, f.tensor(p + "ffn_gate.weight", {D, F}));
+      L.w_up = view(w, f.tensor(p + "ffn_up.weight", {D, F}));
+      L.w_down = view(w, f.tensor(p + "ffn_down.weight", {F, D}));
       layers_.push_back(L);
     }
   }
@@ -174,8 +177,9 @@ class LlamaModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_llama(const GgufFile& file, kernels::Backend& backend, Precision precision) {
-  return std::make_unique<LlamaModel>(file, backend, precision);
+std::unique_ptr<Model> make_llama(const GgufFile& file, kernels::Backend& backend, Precision precision,
+                                  WeightLoader& weights) {
+  return std::make_unique<LlamaModel>(file, backend, precision, weights);
 }
 
 }  // namespace inferd::engine

@@ -17,12 +17,42 @@ const std::map<std::string, ModelFactory>& registry() {
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const GgufFile& file, kernels::Backend& backend, Precision precision) {
+WeightLoader::WeightLoader(const GgufFile& file, LoadProgressFn progress)
+    : file_(file), progress_(std::move(progress)) {
+  for (const auto& t : file_.tensors()) now_.bytes_total += t.nbytes;
+  now_.tensors_total = static_cast<int>(file_.tensors().size());
+  report();
+}
+
+const GgufTensorInfo& WeightLoader::take(const GgufTensorInfo& t) {
+  file_.fault_in(t);
+  now_.bytes_done += t.nbytes;
+  ++now_.tensors_done;
+  report();
+  return t;
+}
+
+void WeightLoader::finish() {
+  if (now_.tensors_done == now_.tensors_total) return;
+  now_.bytes_done = now_.bytes_total;
+  now_.tensors_done = now_.tensors_total;
+  report();
+}
+
+void WeightLoader::report() {
+  if (progress_) progress_(now_);
+}
+
+std::unique_ptr<Model> load_model(const GgufFile& file, kernels::Backend& backend, Precision precision,
+                                  const LoadProgressFn& progress) {
   auto arch = file.get_string("general.architecture");
   if (!arch) throw LoadError(file.path(), 0, "missing general.architecture");
   auto it = registry().find(*arch);
   if (it == registry().end()) throw LoadError(file.path(), 0, "unsupported architecture '" + *arch + "'");
-  return it->second(file, backend, precision);
+  WeightLoader weights(file, progress);
+  auto model = it->second(file, backend, precision, weights);
+  weights.finish();
+  return model;
 }
 
 std::vector<std::string> known_architectures() {

@@ -7,8 +7,9 @@ Runs `inferctl bench engine` and `llama-bench` alternately (rounds), takes each
 side's best round, and prints JSON plus a Markdown table with the ratios:
 prefill tok/s at 128 and 512 tokens, decode tok/s at batch 1 (128 tokens from an
 empty context, like llama-bench's tg128), and aggregate decode at 8 streams
-(llama-bench: -pg is not comparable, so its batch-8 figure comes from
-llama-batched-bench when present, else it is left out).
+(llama-batched-bench -npp 1 -ntg 128 -npl 8: eight sequences of one prompt token
+each decoding 128 tokens together; its speed_tg is the aggregate). A peer without
+llama-batched-bench leaves that row's peer column empty.
 """
 import argparse
 import json
@@ -30,13 +31,19 @@ def main():
     ap.add_argument("--llama-bench", default=os.path.expanduser("~/peers/llama.cpp/build-cpu/bin/llama-bench"))
     ap.add_argument("--inferctl", default="build/tools/inferctl")
     args = ap.parse_args()
+    batched = os.path.join(os.path.dirname(args.llama_bench), "llama-batched-bench")
 
-    ours, peer = [], []
+    ours, peer, peer8 = [], [], []
     for _ in range(args.rounds):
         ours.append(run_json([args.inferctl, "bench", "engine", "--model", args.model, "--threads", str(args.threads),
                               "--n-prompt", "128,512", "--n-gen", "128", "--batch", "8"]))
         peer.append(run_json([args.llama_bench, "-m", args.model, "-t", str(args.threads), "-p", "128,512", "-n", "128",
                               "-r", "3", "-o", "json"]))
+        if os.path.exists(batched):
+            out = subprocess.run([batched, "-m", args.model, "-t", str(args.threads), "-c", "4096", "-b", "2048",
+                                  "-ub", "512", "-npp", "1", "-ntg", "128", "-npl", "8", "--output-format", "jsonl"],
+                                 check=True, capture_output=True, text=True).stdout
+            peer8 += [json.loads(l)["speed_tg"] for l in out.splitlines() if l.startswith("{")]
 
     def best_ours(key):
         vals = []
@@ -63,8 +70,9 @@ def main():
     for key, label in ((128, "prefill 128 (tok/s)"), (512, "prefill 512 (tok/s)"), ("decode", "decode batch 1 (tok/s)")):
         o, p = best_ours(key), best_peer(key)
         rows.append({"metric": label, "inferd": o, "llama.cpp": p, "ratio": o / p if p else None})
-    rows.append({"metric": "decode 8 streams aggregate (tok/s)", "inferd": best_ours("decode8"), "llama.cpp": None,
-                 "ratio": best_ours("decode8") / best_ours("decode")})
+    p8 = max(peer8) if peer8 else None
+    rows.append({"metric": "decode 8 streams aggregate (tok/s)", "inferd": best_ours("decode8"), "llama.cpp": p8,
+                 "ratio": best_ours("decode8") / p8 if p8 else None})
     result = {"threads": args.threads, "rounds": args.rounds, "rows": rows,
               "peer_build": peer[0][0].get("build_commit", "") if peer and peer[0] else ""}
     print(json.dumps(result, indent=1))

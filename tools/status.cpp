@@ -1,6 +1,6 @@
-// `inferctl status`: where a running daemon stands: lifecycle state, warm-up
-// phase, uptime and the served model, read from /health/ready, /metrics and
-// /v1/models. Exit 0 when the daemon answered, 1 when it could not be reached.
+// `inferctl status`: where a running daemon stands: lifecycle state, phase (load
+// or warm-up progress), the model load, uptime and the served model, read from
+// /health/ready, /metrics and /v1/models. Exit 0 when the daemon answered, 1 when it could not be reached.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: inferctl status [--url http://127.0.0.1:8000] [--timeout SECONDS]\n"
-    "Prints the daemon's lifecycle state, warm-up phase, uptime and served model.\n";
+    "Prints the daemon's lifecycle state, phase, model load, uptime and served model.\n";
 
 // The value of an unlabelled sample, e.g. "inferd_uptime_seconds 12.5".
 std::optional<double> metric_value(const std::string& text, std::string_view name) {
@@ -50,6 +50,17 @@ std::string format_duration(double s) {
   if (d || h) out += std::to_string(h) + "h ";
   out += std::to_string(m) + "m " + std::to_string(sec) + "s";
   return out;
+}
+
+// "94 MiB in 0.4s" once the model is loaded, "40% of 94 MiB" while it loads, "-" before.
+std::string describe_load(const std::string& metrics) {
+  const auto bytes = metric_value(metrics, "inferd_model_weights_bytes");
+  const auto seconds = metric_value(metrics, "inferd_load_seconds");
+  const auto progress = metric_value(metrics, "inferd_load_progress");
+  if (!bytes || !seconds || !progress || *bytes <= 0) return "-";
+  const std::string mib = std::to_string(std::lround(*bytes / 1048576)) + " MiB";
+  if (*seconds > 0) return mib + " in " + format_duration(*seconds);
+  return std::to_string(static_cast<int>(*progress * 100)) + "% of " + mib;
 }
 
 std::string string_field(const boost::json::object& o, std::string_view key) {
@@ -83,9 +94,10 @@ int cmd_status(const Args& args) {
   const std::string state = string_field(health, "state");
   const std::string phase = string_field(health, "phase");
 
-  std::string uptime = "unknown";
+  std::string uptime = "unknown", load = "-";
   if (const HttpReply m = http_request(url, "GET", "/metrics", {}, timeout); m.status == 200) {
     if (auto s = metric_value(m.body, "inferd_uptime_seconds")) uptime = format_duration(*s);
+    load = describe_load(m.body);
   }
   std::string model = "none loaded";
   if (const HttpReply r = http_request(url, "GET", "/v1/models", {}, timeout); r.status == 200) {
@@ -100,6 +112,7 @@ int cmd_status(const Args& args) {
             << "state:   " << state << "\n"
             << "phase:   " << (phase.empty() ? "-" : phase) << "\n"
             << "ready:   " << (ready.status == 200 ? "yes" : "no") << "\n"
+            << "load:    " << load << "\n"
             << "uptime:  " << uptime << "\n"
             << "model:   " << model << "\n";
   if (ready.status != 200) {

@@ -13,7 +13,7 @@ import time
 import pytest
 import requests
 
-from conftest import INFERD, SMALL_SHAPES, SRC, free_port
+from conftest import INFERCTL, INFERD, SMALL_SHAPES, SRC, free_port
 
 WATCHDOG_USEC = 500_000
 
@@ -148,6 +148,45 @@ def test_notify_sequence_and_watchdog_follow_the_heartbeat(notify_socket, tmp_pa
         "STATUS=Draining", "STOPPING=1",
         "STATUS=Stopped",
     ], log.read()
+
+
+LOADING = re.compile(r"STATUS=Loading: (\w+) (\d+)% \((\d+)/(\d+) MiB, (\d+)/(\d+) tensors\)")
+
+
+def test_loading_reports_progress(notify_socket, tmp_path):
+    """While Loading, STATUS= carries the load's progress, at most once per 10 %
+    step and stage; afterwards /metrics and `inferctl status` tell how it went."""
+    log = open(tmp_path / "inferd.log", "w+")
+    proc, url = start([], {"NOTIFY_SOCKET": notify_socket.path}, log)
+    try:
+        notify_socket.wait_for("READY=1", timeout=120)
+        status = [m for m in notify_socket.lines() if m.startswith("STATUS=")]
+        warming = next(i for i, m in enumerate(status) if m.startswith("STATUS=Warming"))
+        loading = [LOADING.fullmatch(m) for m in status[:warming] if m.startswith("STATUS=Loading: ")]
+        assert loading and all(loading), (status, log.read())
+        stages = [m[1] for m in loading]
+        percents = [int(m[2]) for m in loading]
+        weights = [p for s, p in zip(stages, percents) if s == "weights"]
+        assert stages == ["weights"] * len(weights) + ["tokenizer", "kv_cache"], status
+        assert weights[0] == 0 and weights[-1] == 100, status
+        # Strictly increasing, one message per 10 % step at most.
+        assert len({p // 10 for p in weights}) == len(weights) <= 11, status
+        assert weights == sorted(weights) and percents[-1] == 100, status
+        last = loading[-1]
+        assert last[3] == last[4] and last[5] == last[6], status
+
+        text = requests.get(url + "/metrics", timeout=10).text
+        values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+        assert float(values["inferd_load_progress"]) == 1
+        assert float(values["inferd_load_bytes"]) == float(values["inferd_model_weights_bytes"]) > 0
+        assert abs(float(values["inferd_load_bytes"]) / 2**20 - int(last[4])) <= 1
+        assert 0 < float(values["inferd_load_seconds"]) < 120
+
+        r = subprocess.run([str(INFERCTL), "status", "--url", url], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert re.search(rf"^load: +{last[4]} MiB in [0-9.]+s$", r.stdout, re.M), r.stdout
+    finally:
+        stop(proc)
 
 
 def test_watchdog_pid_of_another_process_means_no_pings(notify_socket, tmp_path):
