@@ -3,15 +3,20 @@
 // weights read next to the machine's read bandwidth, batched matmul (8 tokens:
 // batched decode; 128 tokens: prefill) in GFLOP/s, plus the cost of a
 // thread-pool dispatch and of a shape-key touch.
-// Usage: bench_kernels [seconds per measurement, default 0.5] [--cpu-time]
+// Then attention through the backend, and each op of the kernel tables on its
+// own (one thread): attention's scores / softmax / values over a long context,
+// the elementwise ops and the activation quantization, per instruction set.
+// Usage: bench_kernels [seconds per measurement, default 0.5] [--cpu-time] [--ops]
 // --cpu-time times the calling thread's CPU time instead of wall time and runs
 // one thread only: numbers that hold on a machine busy with other work.
+// --ops skips the matmul tables (attention and the per-op table only).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +25,8 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/kernel_table.hpp"
+#include "kernels/half.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/thread_pool.hpp"
 
@@ -49,9 +56,23 @@ double time_per_call(Fn&& fn) {
   while (times.size() < 3 || std::chrono::duration<double>(Clock::now() - start).count() < g_seconds) {
     const double t0 = now_s();
     fn();
-    times.push_back(now_s() - t0);
+    const double t = now_s() - t0;
+    if (t > 0) times.push_back(t);  // the VM's thread clock rarely reads a call as 0
   }
   return *std::min_element(times.begin(), times.end());
+}
+
+// time_per_call for calls too short to time one by one: batches of calls that
+// take about 20 us, divided back.
+template <class Fn>
+double time_short_call(Fn&& fn) {
+  const double t0 = now_s();
+  fn();
+  const double once = std::max(now_s() - t0, 1e-9);
+  const int reps = static_cast<int>(std::clamp(2e-5 / once, 1.0, 1e5));
+  return time_per_call([&] {
+    for (int i = 0; i < reps; ++i) fn();
+  }) / reps;
 }
 
 // Sums a large buffer with `threads` threads: the read bandwidth kernels can hope for.
@@ -106,9 +127,12 @@ struct WeightSet {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool ops_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--cpu-time")
       g_cpu_time = true;
+    else if (std::string(argv[i]) == "--ops")
+      ops_only = true;
     else
       g_seconds = std::atof(argv[i]);
   }
@@ -123,12 +147,13 @@ int main(int argc, char** argv) {
   std::printf("bench_kernels: %.2f s per measurement (best call, %s time), working set %zu MB per shape\n",
               g_seconds, g_cpu_time ? "thread CPU" : "wall", kModelBytes >> 20);
   for (int threads : thread_counts) {
+    if (ops_only) break;
     ThreadPool pool(threads);
     std::printf("\nthreads=%d  read bandwidth: %.1f GB/s (96 MB buffer), %.1f GB/s (1 GB buffer)\n", threads,
                 read_bandwidth(pool, kModelBytes), read_bandwidth(pool, size_t(1) << 30));
   }
   for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Scalar}) {
-    if (!cpu_isa_available(isa)) continue;
+    if (!cpu_isa_available(isa) || ops_only) continue;
     for (int threads : thread_counts) {
       auto be = make_cpu_backend(threads, isa);
       std::printf("\n%s, threads=%d\n", be->name().c_str(), threads);
@@ -165,26 +190,153 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Attention of the default model (9 heads, 3 kv heads, head_dim 64, f16 cache):
-  // one decode token at a long context, and a 128-token prefill chunk.
-  for (int threads : thread_counts) {
-    auto be = make_cpu_backend(threads, CpuIsa::Auto);
-    const int n_heads = 9, n_kv = 3, hd = 64, bs = 16, ctx = 4096;
-    const int n_blocks = ctx / bs;
-    std::vector<uint16_t> k(size_t(n_blocks) * bs * n_kv * hd, 0x3c00), v(k.size(), 0x3800);
+  // Attention of the default model (9 heads, 3 kv heads, head_dim 64, f16 cache)
+  // through the backend, per SIMD instruction set: one decode token at contexts
+  // 640 and 4096, and a 128-token prefill chunk.
+  for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2}) {
+    if (!cpu_isa_available(isa)) continue;
+    for (int threads : thread_counts) {
+      auto be = make_cpu_backend(threads, isa);
+      const int n_heads = 9, n_kv = 3, hd = 64, bs = 16, ctx = 4096;
+      const int n_blocks = ctx / bs;
+      std::vector<uint16_t> k(size_t(n_blocks) * bs * n_kv * hd, 0x3c00), v(k.size(), 0x3800);
+      std::vector<int32_t> table(n_blocks);
+      for (int b = 0; b < n_blocks; ++b) table[b] = (b * 7) % n_blocks;  // scattered blocks
+      const KvLayerView kv{DType::F16, k.data(), v.data(), bs, n_kv, hd};
+      std::vector<float> q(128 * n_heads * hd, 0.01f), out(q.size());
+      std::printf("\nattention %s threads=%d:", be->name().c_str(), threads);
+      for (int c : {640, ctx}) {
+        const AttnToken decode{table.data(), c - 1};
+        const double t = time_per_call([&] { be->attention(kv, &decode, 1, q.data(), n_heads, 0.125f, out.data()); });
+        std::printf(" decode at context %d %.1f us (%.1f GB/s of K+V);", c, t * 1e6, 2.0 * c * n_kv * hd * 2 / t / 1e9);
+      }
+      std::vector<AttnToken> chunk(128);
+      for (int t = 0; t < 128; ++t) chunk[t] = AttnToken{table.data(), 1024 + t};
+      const double t_pre =
+          time_per_call([&] { be->attention(kv, chunk.data(), 128, q.data(), n_heads, 0.125f, out.data()); });
+      std::printf(" 128-token prefill at context ~1100 %.2f ms\n", t_pre * 1e3);
+    }
+  }
+
+  // Each op of the kernel tables alone, one thread, on the default model's
+  // shapes: f16 cache, head_dim 64, 3 kv heads; decode reads a kv head with its
+  // group of 3 queries, a prefill tile with 12 (4 tokens x 3 heads).
+  {
+    namespace kc = inferd::kernels::cpu;
+    std::vector<const kc::KernelTable*> tables;
+    for (const kc::KernelTable* t : {kc::avx512_kernels(), kc::avx2_kernels(), &kc::kScalarKernels})
+      if (t) tables.push_back(t);
+    const int n_kv = 3, hd = 64, bs = 16, ctx = 4096, n_blocks = ctx / bs;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    std::vector<uint16_t> k(size_t(n_blocks) * bs * n_kv * hd), v(k.size());
+    for (auto& x : k) x = fp32_to_fp16(dist(rng));
+    for (auto& x : v) x = fp32_to_fp16(dist(rng));
     std::vector<int32_t> table(n_blocks);
-    for (int b = 0; b < n_blocks; ++b) table[b] = (b * 7) % n_blocks;  // scattered blocks
+    for (int b = 0; b < n_blocks; ++b) table[b] = (b * 7) % n_blocks;
     const KvLayerView kv{DType::F16, k.data(), v.data(), bs, n_kv, hd};
-    std::vector<float> q(128 * n_heads * hd, 0.01f), out(q.size());
-    const AttnToken decode{table.data(), ctx - 1};
-    const double t_dec = time_per_call([&] { be->attention(kv, &decode, 1, q.data(), n_heads, 0.125f, out.data()); });
-    std::vector<AttnToken> chunk(128);
-    for (int t = 0; t < 128; ++t) chunk[t] = AttnToken{table.data(), 1024 + t};
-    const double t_pre = time_per_call([&] { be->attention(kv, chunk.data(), 128, q.data(), n_heads, 0.125f, out.data()); });
-    const double kv_bytes = 2.0 * ctx * n_kv * hd * 2;
-    std::printf("\nattention %s threads=%d: decode at context %d %.1f us (%.1f GB/s of K+V), "
-                "128-token prefill at context ~1100 %.2f ms\n",
-                be->name().c_str(), threads, ctx, t_dec * 1e6, kv_bytes / t_dec / 1e9, t_pre * 1e3);
+    const int max_q = 12;
+    std::vector<float> q(max_q * hd), s(size_t(max_q) * ctx), acc(max_q * hd), x(1536), y(1536), w(1536);
+    for (auto& f : q) f = fp16_to_fp32(fp32_to_fp16(dist(rng)));
+    for (auto& f : x) f = dist(rng) * 4;
+    for (auto& f : w) f = dist(rng);
+    std::vector<kc::ActTile> tiles(1536 / 32);
+    std::vector<float> probs(ctx);
+    for (auto& f : probs) f = dist(rng) * 8;
+
+    struct Op {
+      std::string name;
+      double units;      // what "per unit" counts: positions, elements, blocks
+      const char* unit;
+      std::function<void(const kc::KernelTable&)> run;
+    };
+    std::vector<Op> ops;
+    for (int c : {640, ctx})
+      for (int nq : {3, 12}) {
+        const std::string tag = " nq=" + std::to_string(nq) + " ctx=" + std::to_string(c);
+        ops.push_back({"attn_scores" + tag, double(c), "pos", [&, c, nq](const kc::KernelTable& t) {
+                         t.attn_scores(kv, table.data(), 0, c, q.data(), nq, 1, 0.125f, s.data(), ctx);
+                       }});
+        ops.push_back({"attn_values" + tag, double(c), "pos", [&, c, nq](const kc::KernelTable& t) {
+                         t.attn_values(kv, table.data(), 0, c, s.data(), ctx, nq, 1, acc.data());
+                       }});
+      }
+    // A larger head (Llama-style: head_dim 128, 8 kv heads), one query (no
+    // grouping) and four.
+    const int hd2 = 128, n_kv2 = 8, ctx2 = 1024;
+    std::vector<uint16_t> k2(size_t(ctx2) * n_kv2 * hd2), v2(k2.size());
+    for (auto& f : k2) f = fp32_to_fp16(dist(rng));
+    for (auto& f : v2) f = fp32_to_fp16(dist(rng));
+    std::vector<int32_t> table2(ctx2 / bs);
+    for (int b = 0; b < ctx2 / bs; ++b) table2[b] = (b * 7) % (ctx2 / bs);
+    const KvLayerView kv2{DType::F16, k2.data(), v2.data(), bs, n_kv2, hd2};
+    std::vector<float> q2(4 * hd2, 0.1f), acc2(4 * hd2);
+    for (int nq : {1, 4}) {
+      const std::string tag = " hd=128 nq=" + std::to_string(nq) + " ctx=" + std::to_string(ctx2);
+      ops.push_back({"attn_scores" + tag, double(ctx2), "pos", [&, nq](const kc::KernelTable& t) {
+                       t.attn_scores(kv2, table2.data(), 0, ctx2, q2.data(), nq, 3, 0.1f, s.data(), ctx);
+                     }});
+      ops.push_back({"attn_values" + tag, double(ctx2), "pos", [&, nq](const kc::KernelTable& t) {
+                       t.attn_values(kv2, table2.data(), 0, ctx2, s.data(), ctx, nq, 3, acc2.data());
+                     }});
+    }
+    for (int c : {640, ctx}) {
+      // softmax_exp overwrites its row: refresh it from probs each call (a copy, timed too, equal for all).
+      ops.push_back({"softmax_exp n=" + std::to_string(c), double(c), "elem", [&, c](const kc::KernelTable& t) {
+                       std::memcpy(s.data(), probs.data(), c * sizeof(float));
+                       t.softmax_exp(s.data(), c);
+                     }});
+      ops.push_back({"scale_probs f16 n=" + std::to_string(c), double(c), "elem", [&, c](const kc::KernelTable& t) {
+                       t.scale_probs(s.data(), c, 1.0f, true);
+                     }});
+    }
+    ops.push_back({"rmsnorm_row n=576", 576, "elem", [&](const kc::KernelTable& t) {
+                     t.rmsnorm_row(x.data(), w.data(), y.data(), 576, 1e-5f);
+                   }});
+    // One token's sizes (in L1), then a 512-token prefill's (megabytes: memory-bound).
+    const int64_t big = 512 * 1536;
+    std::vector<float> bx(big), by(big), bo(big);
+    for (auto& f : bx) f = dist(rng) * 4;
+    for (auto& f : by) f = dist(rng);
+    for (int64_t n : {int64_t(1536), big})
+      ops.push_back({"silu_mul n=" + std::to_string(n), double(n), "elem", [&, n](const kc::KernelTable& t) {
+                       t.silu_mul(bx.data(), by.data(), bo.data(), n);
+                     }});
+    for (int64_t n : {int64_t(576), int64_t(512 * 576)})
+      ops.push_back({"add n=" + std::to_string(n), double(n), "elem", [&, n](const kc::KernelTable& t) {
+                       t.add(bo.data(), by.data(), n);
+                     }});
+    for (DType type : {DType::Q4_1, DType::Q8_0})
+      for (int n : {576, 1536})
+        ops.push_back({std::string("quantize_act ") + traits(type).name.data() + " n=" + std::to_string(n),
+                       double(n / 32), "block", [&, type, n](const kc::KernelTable& t) {
+                         t.quantize_act(type, x.data(), n, tiles.data(), 1);
+                       }});
+
+    std::printf("\nkernel table ops, one thread, ns per call (ns per unit):\n  %-34s", "op");
+    for (const auto* t : tables) std::printf(" %22s", t->isa);
+    std::printf("\n");
+    for (const Op& op : ops) {
+      std::printf("  %-34s", op.name.c_str());
+      // Two rounds, the tables in one order and then the other, best of both:
+      // whichever runs first would otherwise pay for the warm-up of the CPU.
+      std::vector<double> best(tables.size(), 1e30);
+      for (int round = 0; round < 2; ++round)
+        for (size_t i = 0; i < tables.size(); ++i) {
+          const size_t k = round ? tables.size() - 1 - i : i;
+          const double saved = g_seconds;
+          if (tables[k] == &kc::kScalarKernels) g_seconds = std::min(g_seconds, 0.05);
+          best[k] = std::min(best[k], time_short_call([&] { op.run(*tables[k]); }));
+          g_seconds = saved;
+        }
+      for (size_t k = 0; k < tables.size(); ++k) {
+        const double sec = best[k];
+        char cell[64];
+        std::snprintf(cell, sizeof cell, "%.0f (%.2f/%s)", sec * 1e9, sec * 1e9 / op.units, op.unit);
+        std::printf(" %22s", cell);
+      }
+      std::printf("\n");
+    }
   }
 
   // Launch overheads, timed over batches of calls (wall time).

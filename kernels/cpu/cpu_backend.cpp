@@ -69,11 +69,23 @@ const KernelTable* avx2_kernels() {
 
 const KernelTable* avx512_kernels() {
 #if INFERD_HAVE_AVX2_KERNELS && INFERD_HAVE_AVX512_KERNELS
-  // AVX-512 replaces the quantized matmul, where the time goes; the rest is AVX2's.
+  // kAvx512Kernels, with AVX2's ops where it has none.
   static const KernelTable table = [] {
-    KernelTable k = kAvx2Kernels;
-    k.isa = "avx512";
-    k.matmul_quant = matmul_quant_avx512;
+    KernelTable k = kAvx512Kernels;
+    const KernelTable& a = kAvx2Kernels;
+    auto fill = [](auto& op, auto avx2_op) {
+      if (!op) op = avx2_op;
+    };
+    fill(k.quantize_act, a.quantize_act);
+    fill(k.matmul_quant, a.matmul_quant);
+    fill(k.matmul_float, a.matmul_float);
+    fill(k.rmsnorm_row, a.rmsnorm_row);
+    fill(k.silu_mul, a.silu_mul);
+    fill(k.add, a.add);
+    fill(k.attn_scores, a.attn_scores);
+    fill(k.softmax_exp, a.softmax_exp);
+    fill(k.scale_probs, a.scale_probs);
+    fill(k.attn_values, a.attn_values);
     return k;
   }();
   return cpu_features().avx512 ? &table : nullptr;

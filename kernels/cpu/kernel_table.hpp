@@ -73,10 +73,10 @@ extern const KernelTable kAvx2Kernels;
 const KernelTable* avx2_kernels();
 
 #if INFERD_HAVE_AVX512_KERNELS
-// Compiled with AVX-512 F/BW/VL + VNNI: the quantized matmul of the AVX-512
-// table, which takes everything else from kAvx2Kernels.
-void matmul_quant_avx512(const WeightView& w, const ActTile* xq, int64_t n_tokens, float* y, int64_t ldy,
-                         int64_t r0, int64_t r1);
+// Compiled with AVX-512 F/BW/VL + VNNI. The ops it leaves null (not ported, or
+// measured no faster: see the table's comment in kernels_avx512.cpp) are
+// kAvx2Kernels' in avx512_kernels().
+extern const KernelTable kAvx512Kernels;
 #endif
 // nullptr when not compiled in or the CPU lacks AVX-512 F/BW/VL, VNNI or AVX2.
 const KernelTable* avx512_kernels();

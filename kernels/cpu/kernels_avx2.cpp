@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/kv_walk.hpp"
 #include "kernels/quant_blocks.hpp"
 
 namespace inferd::kernels::cpu {
@@ -470,19 +471,15 @@ void add(float* y, const float* x, int64_t n) {
 
 // ---- attention ----------------------------------------------------------------
 
-constexpr int kChunk = 32;            // positions per step; their K or V rows stay in L1
-constexpr int kMaxFastHeadDim = 256;  // larger heads take the scalar path
-
 inline __m256 load_kv(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load_kv(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
-inline void to_float(const float* src, float* dst, int n) {
-  for (int i = 0; i < n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
-}
-inline void to_float(const uint16_t* src, float* dst, int n) {
+// f16 rows converted once for several passes (see for_each_kv_chunk); a lambda
+// rather than a function pointer so that it inlines.
+constexpr auto f16_to_float = [](const uint16_t* src, float* dst, int n) {
   for (int i = 0; i < n; i += 8)
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-}
+};
 
 // Scores of Q queries against the n rows of a chunk, in tiles of Q queries x P
 // positions so each q and k load feeds several FMAs, with one reduction per four
@@ -552,69 +549,22 @@ void chunk_values_all(const float* w, int64_t ld, int nq, const T* const* vrow, 
   }
 }
 
-// Walks [p0, p1) in chunks, handing fn the chunk's rows of `base` (K or V) for
-// kv head `kv_head`: as stored, or converted to float once when more than four
-// queries will read each row.
-template <class T, class Fn>
-void for_each_chunk(const KvLayerView& kv, const void* base, const int32_t* block_table, int32_t p0, int32_t p1,
-                    int kv_head, int nq, Fn&& fn) {
-  const int hd = kv.head_dim;
-  const bool convert = sizeof(T) != sizeof(float) && nq > 4;
-  alignas(32) float buf[kChunk * kMaxFastHeadDim];
-  const T* rows[kChunk];
-  const float* frows[kChunk];
-  for (int32_t c0 = p0; c0 < p1; c0 += kChunk) {
-    const int n = p1 - c0 < kChunk ? p1 - c0 : kChunk;
-    for (int j = 0; j < n; ++j) {
-      const int32_t pos = c0 + j;
-      const int64_t slot = int64_t(block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
-      rows[j] = static_cast<const T*>(base) + (slot * kv.n_kv_heads + kv_head) * hd;
-      if (convert) {
-        to_float(rows[j], buf + j * hd, hd);
-        frows[j] = buf + j * hd;
-      }
-    }
-    if (convert)
-      fn(c0 - p0, n, frows);
-    else
-      fn(c0 - p0, n, rows);
-  }
-}
-
-template <class T>
-void attn_scores_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q,
-                       int nq, int kv_head, float scale, float* s, int64_t ld) {
-  for_each_chunk<T>(kv, kv.k, block_table, p0, p1, kv_head, nq, [&](int j0, int n, const auto* rows) {
-    chunk_scores_all(q, nq, kv.head_dim, rows, n, scale, s + j0, ld);
-  });
-}
-
-template <class T>
-void attn_values_typed(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* w,
-                       int64_t ld, int nq, int kv_head, float* acc) {
-  for_each_chunk<T>(kv, kv.v, block_table, p0, p1, kv_head, nq, [&](int j0, int n, const auto* rows) {
-    chunk_values_all(w + j0, ld, nq, rows, n, kv.head_dim, acc);
-  });
-}
+// Each K or V row is read by every query of the group; more than four queries
+// take several passes over a chunk, so an f16 chunk is converted to float once.
+constexpr int kConvertAbove = 4;
 
 void attn_scores(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* q, int nq,
                  int kv_head, float scale, float* s, int64_t ld) {
-  if (kv.head_dim % 8 != 0 || kv.head_dim > kMaxFastHeadDim)
-    return kScalarKernels.attn_scores(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
-  if (kv.type == DType::F16)
-    attn_scores_typed<uint16_t>(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
-  else
-    attn_scores_typed<float>(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
+  if (!kv_fast_path(kv)) return kScalarKernels.attn_scores(kv, block_table, p0, p1, q, nq, kv_head, scale, s, ld);
+  walk_kv(kv, kv.k, block_table, p0, p1, kv_head, nq, kConvertAbove, f16_to_float,
+          [&](int j0, int n, const auto* rows) { chunk_scores_all(q, nq, kv.head_dim, rows, n, scale, s + j0, ld); });
 }
 
 void attn_values(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* w,
                  int64_t ld, int nq, int kv_head, float* acc) {
-  if (kv.head_dim % 8 != 0 || kv.head_dim > kMaxFastHeadDim)
-    return kScalarKernels.attn_values(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
-  if (kv.type == DType::F16)
-    attn_values_typed<uint16_t>(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
-  else
-    attn_values_typed<float>(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
+  if (!kv_fast_path(kv)) return kScalarKernels.attn_values(kv, block_table, p0, p1, w, ld, nq, kv_head, acc);
+  walk_kv(kv, kv.v, block_table, p0, p1, kv_head, nq, kConvertAbove, f16_to_float,
+          [&](int j0, int n, const auto* rows) { chunk_values_all(w + j0, ld, nq, rows, n, kv.head_dim, acc); });
 }
 
 double softmax_exp(float* s, int64_t n) {

@@ -17,6 +17,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/half.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/thread_pool.hpp"
@@ -70,6 +71,14 @@ std::vector<std::unique_ptr<Backend>> backends(int threads) {
 }
 
 std::unique_ptr<Backend> best_backend(int threads) { return make_cpu_backend(threads, CpuIsa::Auto); }
+
+// The same SIMD instruction sets as kernel tables, for testing each op on its own.
+std::vector<const cpu::KernelTable*> simd_tables() {
+  std::vector<const cpu::KernelTable*> out;
+  for (const cpu::KernelTable* t : {cpu::avx2_kernels(), cpu::avx512_kernels()})
+    if (t) out.push_back(t);
+  return out;
+}
 
 }  // namespace
 
@@ -222,6 +231,178 @@ TEST_CASE("the SIMD kernels agree with the scalar ones") {
       scalar->add(a.data(), u.data(), n);
       simd->add(b.data(), u.data(), n);
       CHECK(a == b);
+    }
+  }
+}
+
+TEST_CASE("elementwise ops and quantize_act of every SIMD table against scalar, odd lengths") {
+  // The tolerances of "the SIMD kernels agree with the scalar ones" (relative 1e-5;
+  // add exact), here for every length class a vector loop can get wrong: shorter
+  // than one register, one short of it, one past it, many plus a tail.
+  const cpu::KernelTable& ref = cpu::kScalarKernels;
+  for (const cpu::KernelTable* t : simd_tables()) {
+    const std::string isa = t->isa;
+    CAPTURE(isa);
+    for (int64_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 65, 576, 1001, 1536}) {
+      CAPTURE(n);
+      const auto g = random_floats(n, 80 + uint32_t(n), -20.0f, 20.0f);
+      const auto u = random_floats(n, 81), w = random_floats(n, 82);
+      std::vector<float> a(n + 1, 7.0f), b(n + 1, 7.0f);  // one past n: must stay untouched
+      ref.silu_mul(g.data(), u.data(), a.data(), n);
+      t->silu_mul(g.data(), u.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        CHECK_MESSAGE(std::fabs(a[i] - b[i]) <= 1e-5 * std::fabs(a[i]) + 1e-30, "silu_mul ", i);
+      CHECK(b[n] == 7.0f);
+      ref.rmsnorm_row(g.data(), w.data(), a.data(), n, 1e-5f);
+      t->rmsnorm_row(g.data(), w.data(), b.data(), n, 1e-5f);
+      for (int64_t i = 0; i < n; ++i)
+        CHECK_MESSAGE(std::fabs(a[i] - b[i]) <= 1e-5 * std::fabs(a[i]), "rmsnorm ", i);
+      CHECK(b[n] == 7.0f);
+      std::copy(g.begin(), g.end(), a.begin());
+      std::copy(g.begin(), g.end(), b.begin());
+      ref.add(a.data(), u.data(), n);
+      t->add(b.data(), u.data(), n);
+      CHECK(a == b);
+    }
+    // The activation quantization feeds integer dots: the same bits as scalar, zero blocks included.
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+      for (int64_t n : {32, 64, 576, 1536}) {
+        auto x = random_floats(n, 90 + uint32_t(n), -3.0f, 3.0f);
+        std::fill(x.begin(), x.begin() + 32, 0.0f);
+        if (n >= 64) {  // block 1: amax 127, so x * 127 / amax = x: halves round to even
+          x[41] = 127.0f;
+          x[40] = 2.5f, x[42] = -3.5f, x[43] = 0.5f;
+        }
+        std::vector<cpu::ActTile> ta(n / 32), tb(n / 32);
+        std::memset(ta.data(), 0x55, ta.size() * sizeof(cpu::ActTile));
+        std::memset(tb.data(), 0x55, tb.size() * sizeof(cpu::ActTile));
+        for (int slot = 0; slot < cpu::kActTileTokens; ++slot) {
+          ref.quantize_act(type, x.data(), n, ta.data(), slot);
+          t->quantize_act(type, x.data(), n, tb.data(), slot);
+        }
+        CHECK_MESSAGE(std::memcmp(ta.data(), tb.data(), ta.size() * sizeof(cpu::ActTile)) == 0, traits(type).name,
+                      " n ", n);
+      }
+  }
+}
+
+TEST_CASE("softmax_exp and scale_probs of every SIMD table against scalar") {
+  // exp within relative 1e-5 (as silu_mul), the double sum too; the scaling and
+  // its f16 rounding are single roundings: exact.
+  const cpu::KernelTable& ref = cpu::kScalarKernels;
+  for (const cpu::KernelTable* t : simd_tables()) {
+    const std::string isa = t->isa;
+    CAPTURE(isa);
+    for (int64_t n : {1, 2, 7, 15, 16, 17, 31, 33, 100, 640, 1001}) {
+      for (float lo : {-30.0f, -300.0f}) {  // -300: most exponentials underflow
+        CAPTURE(n);
+        CAPTURE(lo);
+        const auto s = random_floats(n, 100 + uint32_t(n), lo, 10.0f);
+        std::vector<float> a(s), b(s);
+        a.push_back(7.0f), b.push_back(7.0f);
+        const double sa = ref.softmax_exp(a.data(), n), sb = t->softmax_exp(b.data(), n);
+        CHECK(std::fabs(sa - sb) <= 1e-5 * sa);
+        for (int64_t j = 0; j < n; ++j) CHECK_MESSAGE(std::fabs(a[j] - b[j]) <= 1e-5 * a[j] + 1e-30, "exp ", j);
+        CHECK(b[n] == 7.0f);
+        for (bool to_f16 : {false, true}) {
+          std::vector<float> pa(a), pb(a);
+          ref.scale_probs(pa.data(), n, float(1.0 / sa), to_f16);
+          t->scale_probs(pb.data(), n, float(1.0 / sa), to_f16);
+          CHECK_MESSAGE(pa == pb, "to_f16 ", to_f16);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention scores and values of every SIMD table against scalar, over head sizes and ranges") {
+  // Dot products summed in another order: within relative 1e-4 of the sum of
+  // |terms|, the matmul's bound. Ranges start and end inside blocks, cross them
+  // (block sizes 16 and 5), are shorter than and not multiples of a register or
+  // of the kernels' 32-position chunks; query counts cover every tile shape
+  // (AVX-512: scores 1 to 4 per pass, values 1 to 8; more take several passes
+  // over f16 rows converted to float).
+  // head_dim 12 and 264 take the scalar path.
+  const cpu::KernelTable& ref = cpu::kScalarKernels;
+  const std::pair<int32_t, int32_t> ranges[] = {{0, 1}, {0, 15}, {0, 16}, {0, 17}, {3, 40},
+                                                {13, 45}, {31, 33}, {100, 229}, {0, 300}};
+  const int n_pos = 300;
+  for (const cpu::KernelTable* t : simd_tables()) {
+    const std::string isa = t->isa;
+    CAPTURE(isa);
+    for (int hd : {8, 24, 40, 64, 72, 128, 256, 12, 264}) {
+      for (int n_kv : {1, 3}) {
+        for (DType type : {DType::F16, DType::F32}) {
+          for (int bs : {16, 5}) {
+            CAPTURE(hd);
+            CAPTURE(n_kv);
+            CAPTURE(traits(type).name);
+            CAPTURE(bs);
+            const int n_blocks = (n_pos + bs - 1) / bs + 2;
+            const size_t elems = size_t(n_blocks) * bs * n_kv * hd;
+            std::vector<uint8_t> k(elems * row_bytes(type, 1)), v(k.size());
+            const auto kf = random_floats(elems, 200 + uint32_t(hd)), vf = random_floats(elems, 300 + uint32_t(hd));
+            for (size_t i = 0; i < elems; ++i) {
+              if (type == DType::F16) {
+                reinterpret_cast<uint16_t*>(k.data())[i] = fp32_to_fp16(kf[i]);
+                reinterpret_cast<uint16_t*>(v.data())[i] = fp32_to_fp16(vf[i]);
+              } else {
+                reinterpret_cast<float*>(k.data())[i] = kf[i];
+                reinterpret_cast<float*>(v.data())[i] = vf[i];
+              }
+            }
+            std::vector<int32_t> table(n_blocks);
+            std::iota(table.begin(), table.end(), 0);
+            std::shuffle(table.begin(), table.end(), std::mt19937(uint32_t(hd * 7 + bs)));
+            const KvLayerView kv{type, k.data(), v.data(), bs, n_kv, hd};
+            auto at = [&](const std::vector<uint8_t>& mem, int32_t pos, int kvh, int c) {
+              const size_t i = ((size_t(table[pos / bs]) * bs + pos % bs) * n_kv + kvh) * hd + c;
+              return type == DType::F16 ? double(fp16_to_fp32(reinterpret_cast<const uint16_t*>(mem.data())[i]))
+                                        : double(reinterpret_cast<const float*>(mem.data())[i]);
+            };
+            for (int nq : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12}) {
+              auto q = random_floats(size_t(nq) * hd, 400 + uint32_t(nq), -2.0f, 2.0f);
+              for (auto& x : q) x = fp16_to_fp32(fp32_to_fp16(x));
+              for (const auto& range : ranges) {
+                const int32_t p0 = range.first, p1 = range.second, len = p1 - p0;
+                const int kvh = (nq + p0) % n_kv;
+                CAPTURE(nq);
+                CAPTURE(p0);
+                CAPTURE(p1);
+                const int64_t ld = len + 3;  // the 3 past each row must stay untouched
+                std::vector<float> sa(nq * ld, 7.0f), sb(nq * ld, 7.0f);
+                ref.attn_scores(kv, table.data(), p0, p1, q.data(), nq, kvh, 0.125f, sa.data(), ld);
+                t->attn_scores(kv, table.data(), p0, p1, q.data(), nq, kvh, 0.125f, sb.data(), ld);
+                int64_t far = 0;
+                for (int i = 0; i < nq; ++i) {
+                  for (int32_t p = p0; p < p1; ++p) {
+                    double mag = 0;
+                    for (int c = 0; c < hd; ++c) mag += std::fabs(q[size_t(i) * hd + c] * at(k, p, kvh, c));
+                    far += !(std::fabs(sa[i * ld + p - p0] - sb[i * ld + p - p0]) <= 1e-4 * 0.125 * mag);
+                  }
+                  for (int64_t j = len; j < ld; ++j) far += sb[i * ld + j] != 7.0f;
+                }
+                CHECK_MESSAGE(far == 0, "scores: ", far, " wrong");
+                // Values: weights like probabilities, added to accumulators that are not zero.
+                const auto w = random_floats(size_t(nq) * ld, 500 + uint32_t(len), 0.0f, 1.0f);
+                const auto acc0 = random_floats(size_t(nq + 1) * hd, 600);
+                std::vector<float> aa(acc0), ab(acc0);
+                ref.attn_values(kv, table.data(), p0, p1, w.data(), ld, nq, kvh, aa.data());
+                t->attn_values(kv, table.data(), p0, p1, w.data(), ld, nq, kvh, ab.data());
+                far = 0;
+                for (int i = 0; i < nq; ++i)
+                  for (int c = 0; c < hd; ++c) {
+                    double mag = std::fabs(acc0[size_t(i) * hd + c]);
+                    for (int32_t p = p0; p < p1; ++p) mag += std::fabs(w[i * ld + p - p0] * at(v, p, kvh, c));
+                    far += !(std::fabs(aa[size_t(i) * hd + c] - ab[size_t(i) * hd + c]) <= 1e-4 * mag);
+                  }
+                for (int c = 0; c < hd; ++c) far += ab[size_t(nq) * hd + c] != acc0[size_t(nq) * hd + c];
+                CHECK_MESSAGE(far == 0, "values: ", far, " wrong");
+              }
+            }
+          }
+        }
+      }
     }
   }
 }
