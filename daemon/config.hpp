@@ -77,6 +77,12 @@ struct LogConfig {
 struct HealthConfig {
   bool enable = true;
   int interval_ms = 250;                 // how often the monitors are sampled
+  // A monitor's own sampling interval; 0: interval_ms. The supervisor ticks at the shortest.
+  int psi_interval_ms = 0;
+  int meminfo_interval_ms = 0;
+  int process_interval_ms = 1000;        // counting open fds walks /proc/self/fd
+  int log_interval_ms = 0;
+  int watchdog_interval_ms = 0;
   std::string procfs_root = "/proc";     // tests point it at recorded files
   bool capture_stderr = true;            // scan our own (and children's) stderr
   std::string log_patterns;              // extra patterns, one per line: "category level regex"

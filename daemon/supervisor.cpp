@@ -64,6 +64,8 @@ health::PsiOptions psi_options(const HealthConfig& h) {
   return {t(h.psi_some_avg10), t(h.psi_full_avg10), t(h.psi_some_avg60), t(h.psi_full_avg60)};
 }
 
+milliseconds every(int ms, const HealthConfig& h) { return milliseconds(ms > 0 ? ms : h.interval_ms); }
+
 double level_value(health::Level l) { return static_cast<double>(static_cast<int>(l)); }
 
 // inferd_psi_percent{resource, kind, window}: every value of one pressure file.
@@ -97,6 +99,13 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
                .max_recoveries = daemon.config().health.max_recoveries,
                .recovery_window = seconds(daemon.config().health.recovery_window_s)}) {
   const HealthConfig& h = daemon.config().health;
+  psi_obs_.every = every(h.psi_interval_ms, h);
+  mem_obs_.every = every(h.meminfo_interval_ms, h);
+  proc_obs_.every = every(h.process_interval_ms, h);
+  log_obs_.every = every(h.log_interval_ms, h);
+  step_obs_.every = every(h.watchdog_interval_ms, h);
+  tick_every_ = std::min({milliseconds(h.interval_ms), psi_obs_.every, mem_obs_.every, proc_obs_.every,
+                          log_obs_.every, step_obs_.every});
   watchdog_ = std::make_unique<health::StepWatchdog>(
       daemon.heartbeat(), health::StepWatchdogOptions{.floor = duration_cast<nanoseconds>(duration<double>(h.watchdog_floor_s)),
                                                       .p99_factor = h.watchdog_p99_factor});
@@ -114,6 +123,14 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
   recoveries_ = &m.counter("inferd_recoveries_total", "Recoveries the supervisor ran to completion");
   sheds_ = &m.counter("inferd_sheds_total", "Times the supervisor started shedding load");
   mttr_ = &m.gauge("inferd_recovery_seconds", "Duration of the last recovery, from decision to reopened");
+  m.add_collector("inferd_monitor_samples_total", "Samples each monitor has taken", MetricType::Counter, [this] {
+    auto n = [](const auto& c) { return double(c.samples.load(std::memory_order_relaxed)); };
+    return std::vector<Metrics::Sample>{{{{"monitor", "psi"}}, n(psi_obs_)},
+                                        {{{"monitor", "meminfo"}}, n(mem_obs_)},
+                                        {{{"monitor", "process"}}, n(proc_obs_)},
+                                        {{{"monitor", "log"}}, n(log_obs_)},
+                                        {{{"monitor", "step_watchdog"}}, n(step_obs_)}};
+  });
   m.add_collector("inferd_log_lines_total", "Error lines seen on stderr by category, before and after the baseline",
                   MetricType::Counter, [this] {
                     std::vector<Metrics::Sample> out;
@@ -160,13 +177,13 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
           if (quitting_) return;
         }
         if (psi_trigger_->wait(milliseconds(200)) == health::PsiTrigger::Wait::Fired)
-          boost::asio::post(daemon_.supervisor(), [this] { sample_and_act(); });
+          boost::asio::post(daemon_.supervisor(), [this] { sample_and_act(true); });
       }
     });
   } else {
     spdlog::info("supervisor: no kernel PSI trigger ({}); sampling every {} ms", psi_trigger_->error(), h.interval_ms);
   }
-  timer_.expires_after(milliseconds(h.interval_ms));
+  timer_.expires_after(tick_every_);
   timer_.async_wait([this](auto ec) { if (!ec) tick(); });
 }
 
@@ -236,11 +253,11 @@ void Supervisor::tick() {
   } catch (const std::exception& e) {
     spdlog::error("supervisor: sampling failed: {}", e.what());
   }
-  timer_.expires_after(milliseconds(daemon_.config().health.interval_ms));
+  timer_.expires_after(tick_every_);
   timer_.async_wait([this](auto ec) { if (!ec) tick(); });
 }
 
-void Supervisor::sample_and_act() {
+void Supervisor::sample_and_act(bool pressure_now) {
   // Fault point "log.inject=<line>": writes the line to our stderr once, as a
   // library (UCX, NCCL) would.
   static const engine::FaultPoint inject("log.inject");
@@ -251,23 +268,34 @@ void Supervisor::sample_and_act() {
   }
 
   using health::Level;
+  const auto now = steady_clock::now();
+  const bool all = resample_all_.exchange(false);
   std::vector<health::Signal> signals;
-  auto psi = psi_.sample();
-  psi.signal.level = cap(psi.signal.level, Level::Shed);  // pressure sheds; a recovery frees nothing
+  const auto& psi = psi_obs_.get(now, all || pressure_now, [&] {
+    auto o = psi_.sample();
+    o.signal.level = cap(o.signal.level, Level::Shed);  // pressure sheds; a recovery frees nothing
+    return o;
+  });
   signals.push_back(psi.signal);
-  auto mem = meminfo_.sample();
-  mem.signal.level = cap(mem.signal.level, Level::Shed);
+  const auto& mem = mem_obs_.get(now, all || pressure_now, [&] {
+    auto o = meminfo_.sample();
+    o.signal.level = cap(o.signal.level, Level::Shed);
+    return o;
+  });
   signals.push_back(mem.signal);
-  auto proc = process_.sample();
-  proc.signal.level = cap(proc.signal.level, Level::Warn);
+  const auto& proc = proc_obs_.get(now, all, [&] {
+    auto o = process_.sample();
+    o.signal.level = cap(o.signal.level, Level::Warn);
+    return o;
+  });
   signals.push_back(proc.signal);
-  signals.push_back(scanner_.sample().signal);
+  signals.push_back(log_obs_.get(now, all, [&] { return scanner_.sample(); }).signal);
   const auto& hb = daemon_.heartbeat();
   if (const uint64_t steps = hb.steps_completed(); steps != steps_seen_) {
     steps_seen_ = steps;
     watchdog_->record_step(duration_cast<nanoseconds>(hb.last_step()));
   }
-  signals.push_back(watchdog_->sample().signal);
+  signals.push_back(step_obs_.get(now, all, [&] { return watchdog_->sample(); }).signal);
   if (probe_failed_.exchange(false)) signals.push_back(probe_.signal());
 
   Metrics& m = daemon_.metrics();
@@ -379,6 +407,7 @@ void Supervisor::recover(std::string reason, uint64_t decision) {
     if (!lc.transition(State::Warming, "engine reset; warming again")) return set_outcome(decision, "interrupted");
     warmup_.warm(daemon_);
     scanner_.mark_baseline();
+    resample_all_ = true;
     eng->release_held();
     if (!lc.transition(State::Serving, "recovered from: " + reason)) return set_outcome(decision, "interrupted");
   } catch (const std::exception& e) {

@@ -6,7 +6,8 @@
 //            with a visible error), -> Warming: the full warm-up, -> Serving:
 //            the held requests run
 //   fail     -> Failed, exit 1, so systemd starts us afresh
-// Monitors sample in every state; decisions act only while Serving or Degraded.
+// Monitors sample in every state, each at its own interval ([health]
+// *_interval_ms); decisions act only while Serving or Degraded.
 // Baselines (MemAvailable, RSS, error-line counts, the probe's golden answer) are
 // taken when the warm-up gate first opens.
 //   GET  /health/generate (alias /health_generate)  the last probe
@@ -50,8 +51,28 @@ class Supervisor {
   ~Supervisor();
 
  private:
+  // A monitor's own cadence: sampled when due (or when forced), its last
+  // observation reused in between.
+  template <class Observation>
+  struct Cadenced {
+    std::chrono::milliseconds every;
+    std::chrono::steady_clock::time_point next{};
+    Observation last{};
+    std::atomic<uint64_t> samples{0};  // inferd_monitor_samples_total
+    template <class Sample>
+    const Observation& get(std::chrono::steady_clock::time_point now, bool force, Sample sample) {
+      if (force || now >= next) {
+        last = sample();
+        next = now + every;
+        samples.fetch_add(1, std::memory_order_relaxed);
+      }
+      return last;
+    }
+  };
+
   void tick();
-  void sample_and_act();
+  // `pressure_now`: the kernel PSI trigger fired, so pressure and memory are read at once.
+  void sample_and_act(bool pressure_now = false);
   void act(const health::Decision& d);
   void recover(std::string reason, uint64_t decision);
   void set_outcome(uint64_t decision, std::string outcome);
@@ -75,6 +96,12 @@ class Supervisor {
   std::unique_ptr<health::StepWatchdog> watchdog_;
   health::GenerationProbe probe_;
   health::Policy policy_;  // guarded by report_mu_: the report reads its budget
+  std::chrono::milliseconds tick_every_;
+  Cadenced<health::PsiObservation> psi_obs_;
+  Cadenced<health::MeminfoObservation> mem_obs_;
+  Cadenced<health::ProcessObservation> proc_obs_;
+  Cadenced<health::LogObservation> log_obs_;
+  Cadenced<health::StepObservation> step_obs_;
   uint64_t steps_seen_ = 0;
   std::string last_levels_;  // to log only changes of the monitors' levels
 
@@ -96,6 +123,7 @@ class Supervisor {
   std::deque<DecisionRecord> decisions_;
   uint64_t next_decision_ = 1;
 
+  std::atomic<bool> resample_all_{false};  // after a recovery: no observation from before it is reused
   std::atomic<bool> baselined_{false};
   std::atomic<bool> recovering_{false};
   std::atomic<bool> probe_failed_{false};

@@ -216,3 +216,25 @@ def test_too_little_memory_at_start_refuses_to_start(start_daemon, tmp_path):
     d = start_daemon(SUPERVISED + ["--procfs-root", str(tmp_path), "--config", str(cfg)], wait_state=None)
     assert d.wait(timeout=60) == 1
     assert "below [health] min_available_bytes (2861 MiB)" in d.output()
+
+
+def test_each_monitor_samples_at_its_own_interval(start_daemon, tmp_path):
+    write_proc(tmp_path, 10_000_000)
+    cfg = tmp_path / "intervals.toml"
+    cfg.write_text("[health]\nmeminfo_interval_ms = 2000\nprocess_interval_ms = 1000\n")
+    d = start_daemon(SUPERVISED + ["--procfs-root", str(tmp_path), "--probe-interval", "0", "--config", str(cfg)])
+
+    def samples():
+        return {m: metric(d, "inferd_monitor_samples_total", {"monitor": m}) for m in ("psi", "meminfo", "process")}
+    before, t0 = samples(), time.monotonic()
+    time.sleep(4)
+    after, secs = samples(), time.monotonic() - t0
+    n = {m: after[m] - before[m] for m in after}
+    # psi at the common 100 ms; meminfo every 2 s; process every 1 s (bounds allow a loaded machine).
+    assert n["psi"] >= 15, n
+    assert n["meminfo"] <= secs / 2 + 1, n
+    assert 1 <= n["process"] <= secs + 1, n
+    # A memory drop is still seen, within its own interval.
+    write_proc(tmp_path, 1_500_000)
+    _, detect = wait_state(d, {"Degraded"}, 5)
+    assert detect <= 2.5 + 0.5

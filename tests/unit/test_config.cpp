@@ -274,7 +274,11 @@ target = "journald"
 
   TEST_CASE("config: [warmup] and [health] keys, their flags and their errors") {
     const Config c = parse_config_toml("[warmup]\nretries = 5\nphase_timeout_s = 12\n[health]\n"
-                                       "psi_some_avg10 = \"1,2.5,3\"\nmax_recoveries = 7\n", "x.toml");
+                                       "psi_some_avg10 = \"1,2.5,3\"\nmax_recoveries = 7\nmeminfo_interval_ms = 40\n",
+                                       "x.toml");
+    CHECK(c.health.meminfo_interval_ms == 40);
+    CHECK(c.health.psi_interval_ms == 0);  // 0: the common interval_ms
+    CHECK(config_error("[health]\nlog_interval_ms = -1\n").find("log_interval_ms") != std::string::npos);
     CHECK(c.warmup.retries == 5);
     CHECK(c.warmup.phase_timeout_s == 12.0);
     CHECK(c.health.psi_some_avg10 == std::array<double, 3>{1, 2.5, 3});
