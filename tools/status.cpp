@@ -1,11 +1,15 @@
 // `inferctl status`: where a running daemon stands: lifecycle state, phase (load
 // or warm-up progress), the model load, uptime and the served model, read from
-// /health/ready, /metrics and /v1/models. Exit 0 when the daemon answered, 1 when it could not be reached.
+// /health/ready, /metrics and /v1/models; and, where /admin/supervisor answers
+// (loopback, or with --api-key), the monitors and the supervisor's last decision.
+// Exit 0 when the daemon answered, 1 when it could not be reached.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -18,8 +22,8 @@ namespace inferd::tools {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: inferctl status [--url http://127.0.0.1:8000] [--timeout SECONDS]\n"
-    "Prints the daemon's lifecycle state, phase, model load, uptime and served model.\n";
+    "usage: inferctl status [--url http://127.0.0.1:8000] [--timeout SECONDS] [--api-key KEY]\n"
+    "Prints the daemon's lifecycle state, phase, model load, uptime, served model and health.\n";
 
 // The value of an unlabelled sample, e.g. "inferd_uptime_seconds 12.5".
 std::optional<double> metric_value(const std::string& text, std::string_view name) {
@@ -66,6 +70,39 @@ std::string describe_load(const std::string& metrics) {
 std::string string_field(const boost::json::object& o, std::string_view key) {
   const auto* v = o.if_contains(key);
   return v && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+// From /admin/supervisor: "ok" or the monitors not ok, the recovery budget, and
+// the last decision: {"health: ...", "last:   ..."}; empty when it cannot be read.
+std::vector<std::string> describe_supervisor(const std::string& body) {
+  boost::json::error_code ec;
+  const boost::json::value v = boost::json::parse(body, ec);
+  if (ec || !v.is_object()) return {};
+  const auto& o = v.as_object();
+  auto num = [&](std::string_view k) {
+    const auto* x = o.if_contains(k);
+    return x && x->is_number() ? x->to_number<long>() : 0L;
+  };
+  if (const auto* on = o.if_contains("enabled"); on && on->is_bool() && !on->as_bool()) return {"off (--no-supervise)"};
+  std::string monitors;
+  if (const auto* ms = o.if_contains("monitors"); ms && ms->is_array())
+    for (const auto& m : ms->as_array())
+      if (m.is_object() && string_field(m.as_object(), "level") != "ok")
+        monitors += (monitors.empty() ? "" : ", ") + string_field(m.as_object(), "monitor") + " " +
+                    string_field(m.as_object(), "level") + " (" + string_field(m.as_object(), "reason") + ")";
+  std::vector<std::string> out{(monitors.empty() ? "ok" : monitors) + "; recoveries " +
+                               std::to_string(num("recoveries_in_window")) + " of " +
+                               std::to_string(num("max_recoveries")) + " in " +
+                               std::to_string(num("recovery_window_s")) + " s"};
+  if (const auto* ds = o.if_contains("decisions"); ds && ds->is_array() && !ds->as_array().empty()) {
+    const auto& d = ds->as_array().back();
+    if (d.is_object()) {
+      const auto& r = d.as_object();
+      out.push_back("#" + std::to_string(r.if_contains("id") ? r.at("id").to_number<long>() : 0) + " " +
+                    string_field(r, "action") + ": " + string_field(r, "reason") + " -> " + string_field(r, "outcome"));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -118,6 +155,12 @@ int cmd_status(const Args& args) {
   if (ready.status != 200) {
     if (const auto* err = health.if_contains("error"); err && err->is_object())
       std::cout << "reason:  " << string_field(err->as_object(), "message") << "\n";
+  }
+  if (const HttpReply r = http_request(url, "GET", "/admin/supervisor", {}, timeout, args.get("api-key", ""));
+      r.status == 200) {
+    const auto lines = describe_supervisor(r.body);
+    if (!lines.empty()) std::cout << "health:  " << lines[0] << "\n";
+    if (lines.size() > 1) std::cout << "last:    " << lines[1] << "\n";
   }
   return 0;
 }

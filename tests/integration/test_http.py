@@ -194,6 +194,7 @@ def test_inferctl_status(daemon):
     assert re.search(r"^phase: +\S", r.stdout, re.M)
     assert re.search(r"^ready: +yes$", r.stdout, re.M)
     assert re.search(r"^uptime: +[0-9]", r.stdout, re.M)
+    assert re.search(r"^health: +.*; recoveries 0 of 3 in 600 s$", r.stdout, re.M)
 
 
 def test_inferctl_status_unreachable():

@@ -9,7 +9,7 @@ import time
 
 import requests
 
-from conftest import default_model, metric
+from conftest import INFERCTL, default_model, metric
 
 SUPERVISED = ["--model", default_model(), "--health-interval-ms", "100"]
 
@@ -119,6 +119,8 @@ def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
     assert (shed["action"], shed["level"], shed["monitors"], shed["outcome"]) == ("shed", "shed", ["log"], "state Degraded")
     assert (unshed["action"], unshed["outcome"]) == ("unshed", "state Serving")
     assert "[decision=1 action=shed level=shed monitors=log] supervisor: shed" in d.output()
+    status = subprocess.run([str(INFERCTL), "status", "--url", d.url], capture_output=True, text=True, timeout=30)
+    assert "\nlast:    #2 unshed: calm for 8 samples -> state Serving\n" in status.stdout, status.stdout
     print(f"error line: shed {detect:.2f} s after it was written")
 
 
