@@ -485,6 +485,12 @@ Config load_config(const CommandLine& cmd) {
   return cfg;
 }
 
+std::vector<std::string> config_keys() {
+  std::vector<std::string> out;
+  for (const Key& k : keys()) out.push_back(std::string(k.section) + "." + std::string(k.name));
+  return out;
+}
+
 std::string usage() {
   std::string out =
       "usage: inferd [--config FILE] [FLAG...]\n"

@@ -146,4 +146,7 @@ Config load_config(const CommandLine& cmd);
 
 std::string usage();
 
+// Every key a file may set, as "section.name", in the order usage() lists them.
+std::vector<std::string> config_keys();
+
 }  // namespace inferd::daemon

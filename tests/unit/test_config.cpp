@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -258,6 +259,23 @@ target = "journald"
     const std::string path = test_paths::source_dir() + "/etc/inferd.toml";
     REQUIRE(std::filesystem::exists(path));
     CHECK(load_config(cmdline({"--config", path})) == Config{});
+  }
+
+  TEST_CASE("config: etc/inferd.toml documents every key") {
+    std::ifstream in(test_paths::source_dir() + "/etc/inferd.toml");
+    std::set<std::string> documented;
+    std::string line, section;
+    while (std::getline(in, line)) {
+      if (line.starts_with("[")) section = line.substr(1, line.find(']') - 1);
+      else if (!line.empty() && line[0] != '#' && line.find(" = ") != std::string::npos)
+        documented.insert(section + "." + line.substr(0, line.find(" = ")));
+    }
+    const auto keys = config_keys();
+    CHECK(keys.size() > 60);
+    for (const std::string& k : keys) {
+      INFO(k);
+      CHECK(documented.count(k) == 1);
+    }
   }
 
   TEST_CASE("config: [engine] max_waiting from the file and --max-waiting, within 1..1048576") {
