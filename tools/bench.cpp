@@ -10,7 +10,7 @@ int cmd_bench(const Args& args) {
   if (mode == "engine") return cmd_bench_engine(args);
   if (mode == "serve") return cmd_bench_serve(args);
   std::cerr << "usage: inferctl bench engine [--model PATH] [--threads N] [--n-prompt 128,512] [--n-gen 128]\n"
-               "                             [--batch 8] [--repetitions 3]\n"
+               "                             [--batch 8] [--repetitions 3]   (--help explains them)\n"
                "       inferctl bench serve [--url http://127.0.0.1:8000] [--concurrency 1,2,4,8,16] ...\n"
                "                            (inferctl bench serve --help lists its options)\n";
   return 2;

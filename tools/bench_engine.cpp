@@ -26,9 +26,21 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+constexpr const char* kUsage =
+    "usage: inferctl bench engine [--model PATH] [--threads N] [--n-prompt 128,512] [--n-gen 128]\n"
+    "                             [--batch 8] [--repetitions 3]\n"
+    "The engine alone, as JSON: prefill tok/s at each prompt length; decode tok/s at batch 1, n-gen\n"
+    "tokens from an empty context (llama-bench's tg); and the aggregate of --batch streams decoding\n"
+    "together. Median of --repetitions runs; seeded random token ids.\n";
+
 }  // namespace
 
 int cmd_bench_engine(const Args& args) {
+  if (args.has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  args.allow_only({"model", "threads", "repetitions", "n-gen", "batch", "n-prompt"});
   const std::string model_path = args.get("model", default_model_path());
   const int threads = args.get_int("threads", 0);
   const int reps = args.get_int("repetitions", 3);
