@@ -39,6 +39,11 @@ std::chrono::nanoseconds StepWatchdog::p99() const {
   return copy[rank];
 }
 
+std::chrono::nanoseconds StepWatchdog::slowest() const {
+  std::lock_guard lock(mu_);
+  return ring_.empty() ? std::chrono::nanoseconds::zero() : *std::max_element(ring_.begin(), ring_.end());
+}
+
 std::chrono::nanoseconds StepWatchdog::deadline_for(std::chrono::nanoseconds p99) const {
   return std::max(options_.floor, std::chrono::duration_cast<std::chrono::nanoseconds>(p99 * options_.p99_factor));
 }

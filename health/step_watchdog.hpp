@@ -41,6 +41,9 @@ class StepWatchdog final : public engine::StepListener {
   // p99 of the recorded durations; zero below min_samples.
   std::chrono::nanoseconds p99() const;
   std::chrono::nanoseconds deadline() const;
+  // The slowest of the recorded steps; zero when none. Under chunked prefill every
+  // step of a busy engine can be that slow, so it bounds what a request's steps take.
+  std::chrono::nanoseconds slowest() const;
   // Critical "wedge suspected" when the heartbeat is unhealthy for the deadline.
   StepObservation sample() const;
 

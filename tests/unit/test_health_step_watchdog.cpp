@@ -23,6 +23,7 @@ TEST_SUITE("health") {
     o.min_samples = 10;
     StepWatchdog wd(hb, o);
     CHECK(wd.p99() == 0ns);
+    CHECK(wd.slowest() == 0ns);
     CHECK(wd.deadline() == 50ms);
     for (int i = 1; i <= 9; ++i) wd.record_step(std::chrono::milliseconds(i * 100));
     CHECK(wd.deadline() == 50ms);  // below min_samples: the floor alone
@@ -30,10 +31,12 @@ TEST_SUITE("health") {
     // 9 slow steps of 100..900 ms and 91 of 10..100 ms: p99 is the second largest.
     CHECK(wd.p99() == 800ms);
     CHECK(wd.deadline() == 1600ms);
+    CHECK(wd.slowest() == 900ms);
     // The ring forgets: 100 fast steps replace everything.
     for (int i = 0; i < 100; ++i) wd.record_step(1ms);
     CHECK(wd.p99() == 1ms);
     CHECK(wd.deadline() == 50ms);
+    CHECK(wd.slowest() == 1ms);
 
     const StepObservation obs = wd.sample();
     CHECK(obs.signal.monitor == "step_watchdog");
