@@ -28,10 +28,11 @@ double median(std::vector<double> v) {
 
 constexpr const char* kUsage =
     "usage: inferctl bench engine [--model PATH] [--threads N] [--n-prompt 128,512] [--n-gen 128]\n"
-    "                             [--batch 8] [--repetitions 3]\n"
+    "                             [--n-depth 0] [--batch 8] [--repetitions 3]\n"
     "The engine alone, as JSON: prefill tok/s at each prompt length; decode tok/s at batch 1, n-gen\n"
-    "tokens from an empty context (llama-bench's tg); and the aggregate of --batch streams decoding\n"
-    "together. Median of --repetitions runs; seeded random token ids.\n";
+    "tokens after n-depth tokens already in the KV cache (llama-bench's tg with -d); and the\n"
+    "aggregate of --batch streams decoding together. Median of --repetitions runs; seeded random\n"
+    "token ids.\n";
 
 }  // namespace
 
@@ -40,12 +41,13 @@ int cmd_bench_engine(const Args& args) {
     std::cout << kUsage;
     return 0;
   }
-  args.allow_only({"model", "threads", "repetitions", "n-gen", "batch", "n-prompt"});
+  args.allow_only({"model", "threads", "repetitions", "n-gen", "n-depth", "batch", "n-prompt"});
   const std::string model_path = args.get("model", default_model_path());
   const int threads = args.get_int("threads", 0);
   const int reps = args.get_int("repetitions", 3);
   const int n_gen = args.get_int("n-gen", 128);
   const int batch = args.get_int("batch", 8);
+  const int depth = std::max(0, args.get_int("n-depth", 0));
   std::vector<int> prompts;
   for (const auto& p : args.get_list("n-prompt", {"128", "512"})) prompts.push_back(std::stoi(p));
 
@@ -54,7 +56,7 @@ int cmd_bench_engine(const Args& args) {
   auto model = engine::load_model(*file, *backend);
   const auto& mc = model->config();
   const int max_prompt = *std::max_element(prompts.begin(), prompts.end());
-  const int ctx = std::max(max_prompt, n_gen) + 16;
+  const int ctx = std::max(max_prompt, depth + n_gen) + 16;
   const int bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
   engine::KvGeometry g{mc.n_layers, mc.n_kv_heads, mc.head_dim, bs, blocks_per_seq * std::max(batch, 1),
                        kernels::DType::F16};
@@ -90,23 +92,30 @@ int cmd_bench_engine(const Args& args) {
   }
   out["prefill"] = prefill;
 
+  // Each stream's first `depth` positions hold a prompt before decode is timed.
+  if (depth > 0)
+    for (int s = 0; s < std::max(batch, 1); ++s) {
+      engine::StepBatch b;
+      for (int i = 0; i < depth; ++i) b.add(tok(rng), i, tables[s].data(), i + 1 == depth);
+      model->forward(b, kv, logits.data());
+    }
   auto decode_run = [&](int streams) {
     std::vector<double> rates;
     for (int r = 0; r < reps; ++r) {
       auto t0 = Clock::now();
       for (int i = 0; i < n_gen; ++i) {
         engine::StepBatch b;
-        for (int s = 0; s < streams; ++s) b.add(tok(rng), i, tables[s].data(), true);
+        for (int s = 0; s < streams; ++s) b.add(tok(rng), depth + i, tables[s].data(), true);
         model->forward(b, kv, logits.data());
       }
       rates.push_back(double(n_gen) * streams / seconds_since(t0));
     }
     return median(rates);
   };
-  out["decode"] = {{"n_gen", n_gen}, {"batch", 1}, {"tokens_per_s", decode_run(1)}};
+  out["decode"] = {{"n_gen", n_gen}, {"n_depth", depth}, {"batch", 1}, {"tokens_per_s", decode_run(1)}};
   if (batch > 1) {
     const double agg = decode_run(batch);
-    out["decode_batched"] = {{"n_gen", n_gen}, {"batch", batch}, {"aggregate_tokens_per_s", agg},
+    out["decode_batched"] = {{"n_gen", n_gen}, {"n_depth", depth}, {"batch", batch}, {"aggregate_tokens_per_s", agg},
                              {"per_stream_tokens_per_s", agg / batch}};
   }
   std::cout << boost::json::serialize(out) << "\n";
