@@ -1,6 +1,7 @@
 """The HTTP front door of the real daemon: routes, error codes, limits, timeouts,
 concurrency and `inferctl status`."""
 import concurrent.futures
+import json
 import os
 import re
 import socket
@@ -11,7 +12,7 @@ import time
 import pytest
 import requests
 
-from conftest import INFERCTL, Daemon, free_port
+from conftest import INFERCTL, Daemon, default_model, free_port
 
 MAX_BODY = 65536
 IDLE_TIMEOUT_S = 1
@@ -218,3 +219,16 @@ def test_busy_port_fails_with_a_clear_message(daemon):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert f"cannot listen on 127.0.0.1:{daemon.port}: Address already in use" in r.stderr
+
+
+def test_inferctl_bench_engine_writes_json_and_refuses_unknown_flags():
+    r = subprocess.run([str(INFERCTL), "bench", "engine", "--model", default_model(), "--threads", "1",
+                        "--n-prompt", "8,16", "--n-gen", "4", "--n-depth", "32", "--batch", "2", "--repetitions", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [p["n_prompt"] for p in out["prefill"]] == [8, 16] and all(p["tokens_per_s"] > 0 for p in out["prefill"])
+    assert out["decode"]["n_depth"] == 32 and out["decode"]["tokens_per_s"] > 0
+    assert out["decode_batched"]["batch"] == 2 and out["decode_batched"]["aggregate_tokens_per_s"] > 0
+    bad = subprocess.run([str(INFERCTL), "bench", "engine", "--n-promt", "8"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown flag --n-promt" in bad.stderr
