@@ -268,7 +268,8 @@ void Daemon::finish(State end, std::string reason) {
 void Daemon::tick() {
   last_tick_ = std::chrono::steady_clock::now().time_since_epoch().count();
   if (drive_heartbeat_) {
-    heartbeat_.pulse();
+    heartbeat_.begin_step();
+    heartbeat_.end_step();
   }
   tick_timer_.expires_after(kTickPeriod);
   tick_timer_.async_wait([this](auto ec) { if (!ec) tick(); });

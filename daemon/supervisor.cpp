@@ -109,7 +109,6 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
   watchdog_ = std::make_unique<health::StepWatchdog>(
       daemon.heartbeat(), health::StepWatchdogOptions{.floor = duration_cast<nanoseconds>(duration<double>(h.watchdog_floor_s)),
                                                       .p99_factor = h.watchdog_p99_factor});
-  daemon.heartbeat().set_listener(watchdog_.get());  // every step's duration, from the engine thread
   if (h.min_available_bytes > 0) {
     const auto m = meminfo_.sample();
     if (m.available && m.mem_available < static_cast<uint64_t>(h.min_available_bytes))
@@ -189,7 +188,6 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
 }
 
 Supervisor::~Supervisor() {
-  daemon_.heartbeat().set_listener(nullptr);
   {
     std::lock_guard lk(probe_mu_);
     quitting_ = true;
@@ -294,6 +292,11 @@ void Supervisor::sample_and_act(bool pressure_now) {
   });
   signals.push_back(proc.signal);
   signals.push_back(log_obs_.get(now, all, [&] { return scanner_.sample(); }).signal);
+  const auto& hb = daemon_.heartbeat();
+  if (const uint64_t steps = hb.steps_completed(); steps != steps_seen_) {
+    steps_seen_ = steps;
+    watchdog_->record_step(duration_cast<nanoseconds>(hb.last_step()));
+  }
   signals.push_back(step_obs_.get(now, all, [&] { return watchdog_->sample(); }).signal);
   if (probe_failed_.exchange(false)) signals.push_back(probe_.signal());
 

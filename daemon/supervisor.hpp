@@ -102,6 +102,7 @@ class Supervisor {
   Cadenced<health::ProcessObservation> proc_obs_;
   Cadenced<health::LogObservation> log_obs_;
   Cadenced<health::StepObservation> step_obs_;
+  uint64_t steps_seen_ = 0;
   std::string last_levels_;  // to log only changes of the monitors' levels
 
   Gauge* level_ = nullptr;       // worst level now (0 ok .. 3 critical)

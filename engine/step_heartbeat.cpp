@@ -15,20 +15,8 @@ void StepHeartbeat::begin_step() { step_start_ns_.store(now_ns(), std::memory_or
 
 void StepHeartbeat::end_step() {
   const int64_t start = step_start_ns_.exchange(0, std::memory_order_relaxed);
-  if (start != 0) {
-    const int64_t ns = std::max<int64_t>(0, now_ns() - start);
-    last_step_ns_.store(ns, std::memory_order_relaxed);
-    std::lock_guard lock(listener_mu_);
-    if (listener_) listener_->on_step(std::chrono::nanoseconds(ns));
-  }
+  if (start != 0) last_step_ns_.store(std::max<int64_t>(0, now_ns() - start), std::memory_order_relaxed);
   steps_.fetch_add(1, std::memory_order_relaxed);
-}
-
-void StepHeartbeat::pulse() { steps_.fetch_add(1, std::memory_order_relaxed); }
-
-void StepHeartbeat::set_listener(StepListener* listener) {
-  std::lock_guard lock(listener_mu_);
-  listener_ = listener;
 }
 
 void StepHeartbeat::beat() { step_start_ns_.store(now_ns(), std::memory_order_relaxed); }

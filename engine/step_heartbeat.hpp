@@ -1,22 +1,12 @@
 // The engine's step heartbeat: the scheduler loop marks the start and end of
 // every step, and the supervisor asks whether the current step is overdue (a
-// wedged kernel or collective). Lock-free but for the listener's call, which
-// takes an uncontended lock once per step so that detaching waits for it.
+// wedged kernel or collective). Lock-free: it is touched on every step.
 #pragma once
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 
 namespace inferd::engine {
-
-// Hears the duration of every completed step, on the engine's thread, so a
-// deadline can be derived from all of them rather than from samples; keep it cheap.
-class StepListener {
- public:
-  virtual ~StepListener() = default;
-  virtual void on_step(std::chrono::nanoseconds duration) = 0;
-};
 
 class StepHeartbeat {
  public:
@@ -30,12 +20,6 @@ class StepHeartbeat {
   void beat();
   // No work: an idle engine is always healthy.
   void set_idle();
-  // A step of no work (the daemon's own liveness before an engine exists): counts
-  // as completed, reports no duration.
-  void pulse();
-  // The listener of completed steps; nullptr detaches, and returns once no call
-  // to the old listener is in progress.
-  void set_listener(StepListener* listener);
 
   bool idle() const;
   // Age of the step in progress; zero when idle.
@@ -54,8 +38,6 @@ class StepHeartbeat {
   std::atomic<int64_t> step_start_ns_{0};
   std::atomic<uint64_t> steps_{0};
   std::atomic<int64_t> last_step_ns_{0};
-  std::mutex listener_mu_;
-  StepListener* listener_ = nullptr;
 };
 
 }  // namespace inferd::engine

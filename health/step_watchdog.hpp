@@ -30,14 +30,12 @@ struct StepObservation {
   Signal signal;
 };
 
-// Attach it to the heartbeat (StepHeartbeat::set_listener) to hear every step.
-class StepWatchdog final : public engine::StepListener {
+class StepWatchdog {
  public:
   explicit StepWatchdog(const engine::StepHeartbeat& heartbeat, StepWatchdogOptions options = {});
 
   // The duration of a finished step; from any thread.
   void record_step(std::chrono::nanoseconds duration);
-  void on_step(std::chrono::nanoseconds duration) override { record_step(duration); }
   // p99 of the recorded durations; zero below min_samples.
   std::chrono::nanoseconds p99() const;
   std::chrono::nanoseconds deadline() const;
