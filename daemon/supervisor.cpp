@@ -242,8 +242,8 @@ void Supervisor::probe_loop() {
 
 // The probe may take as long as its tokens take at the engine's slowest recent
 // steps: under load every step can carry a prefill chunk, so an answer is late
-// without anything being wrong. (The p99 of all steps understates that: a
-// 10-minute soak with long prompts made one probe late at 3 x 14 x p99.)
+// without anything being wrong. (A p99 over every step understates that: a
+// 10-minute soak with long prompts made one probe late at 3 x 14 x that p99.)
 milliseconds Supervisor::probe_budget() const {
   const double slowest_s = duration<double>(watchdog_->slowest()).count();
   return milliseconds(static_cast<int64_t>(3e3 * (probe_.max_tokens() + 2) * slowest_s));
