@@ -12,7 +12,7 @@
 #include "daemon/config.hpp"
 #include "daemon/http_server.hpp"
 #include "daemon/json_error.hpp"
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 
 namespace inferd::daemon {
 
@@ -52,7 +52,7 @@ std::string value_text(const boost::json::value& v) {
 
 std::string armed_json() {
   boost::json::object armed;
-  for (const auto& [name, value] : engine::armed_faults()) armed[name] = value;
+  for (const auto& [name, value] : faults::armed_faults()) armed[name] = value;
   return boost::json::serialize(boost::json::object{{"armed", std::move(armed)}});
 }
 
@@ -82,10 +82,10 @@ void register_admin_routes(HttpServer& http, const ServerConfig& server) {
     std::string value;
     if (const auto* v = body.if_contains("value")) value = value_text(*v);
     if (arm) {
-      engine::arm_fault(fault, value);
+      faults::arm_fault(fault, value);
       spdlog::warn("fault point armed: {}{}{} (from {})", fault, value.empty() ? "" : "=", value, req.peer);
     } else {
-      engine::disarm_fault(fault);
+      faults::disarm_fault(fault);
       spdlog::warn("fault point disarmed: {} (from {})", fault, req.peer);
     }
     return Response::json(200, boost::json::serialize(boost::json::object{

@@ -17,7 +17,7 @@
 #include "daemon/logging.hpp"
 #include "daemon/supervisor.hpp"
 #include "daemon/warmup_host.hpp"
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 #include "inferd_config.h"
 
 int main(int argc, char** argv) {
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   }
   if (const char* spec = std::getenv("INFERD_FAULTS")) {
     try {
-      inferd::engine::arm_faults_from_spec(spec);
+      inferd::faults::arm_faults_from_spec(spec);
     } catch (const std::invalid_argument& e) {
       std::fprintf(stderr, "inferd: INFERD_FAULTS: %s\n", e.what());
       return 2;
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const std::string target = init_logging(cfg.log);
   spdlog::info("inferd {} starting (log level {}, to {})", INFERD_VERSION, cfg.log.level, target);
-  for (const auto& [name, value] : inferd::engine::armed_faults())
+  for (const auto& [name, value] : inferd::faults::armed_faults())
     spdlog::warn("fault point armed: {}{}{}", name, value.empty() ? "" : "=", value);
   try {
     Daemon daemon(std::move(cfg), std::move(cmd));

@@ -18,7 +18,7 @@
 #include "daemon/json_error.hpp"
 #include "daemon/logging.hpp"
 #include "daemon/warmup_host.hpp"
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 
 namespace inferd::daemon {
 
@@ -262,10 +262,10 @@ void Supervisor::tick() {
 void Supervisor::sample_and_act(bool pressure_now) {
   // Fault point "log.inject=<line>": writes the line to our stderr once, as a
   // library (UCX, NCCL) would.
-  static const engine::FaultPoint inject("log.inject");
+  static const faults::FaultPoint inject("log.inject");
   if (inject.armed()) {
     const std::string line = inject.value() + "\n";
-    engine::disarm_fault("log.inject");
+    faults::disarm_fault("log.inject");
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
   }
 

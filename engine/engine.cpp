@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "engine/chat_template.hpp"
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 #include "engine/gguf_reader.hpp"
 #include "engine/incremental_detokenizer.hpp"
 #include "engine/kv_cache.hpp"
@@ -448,10 +448,10 @@ bool Engine::build_step() {
 // Fault point "step.stall=MS": the next step hangs for MS milliseconds (default
 // an hour) unless a reset aborts it; it fires once.
 void Engine::stall_if_armed() {
-  static const FaultPoint stall("step.stall");
+  static const faults::FaultPoint stall("step.stall");
   if (!stall.armed()) return;
   const auto until = Clock::now() + std::chrono::milliseconds(stall.int_value(3600 * 1000));
-  disarm_fault("step.stall");
+  faults::disarm_fault("step.stall");
   spdlog::warn("fault point step.stall: this step hangs");
   while (Clock::now() < until && !abort_step_.load())
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -460,7 +460,7 @@ void Engine::stall_if_armed() {
 // Fault point "logits.corrupt": while armed, every row's best token is pushed to
 // the bottom, as a corrupted weight or KV block would skew it.
 void Engine::corrupt_if_armed() {
-  static const FaultPoint corrupt("logits.corrupt");
+  static const faults::FaultPoint corrupt("logits.corrupt");
   if (!corrupt.armed()) return;
   const size_t vocab = static_cast<size_t>(model_->config().vocab);
   for (size_t r = 0; r * vocab < logits_.size(); ++r) {

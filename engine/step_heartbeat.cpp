@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 
 namespace inferd::engine {
 
@@ -38,7 +38,7 @@ StepHeartbeat::Clock::duration StepHeartbeat::last_step() const {
 uint64_t StepHeartbeat::steps_completed() const { return steps_.load(std::memory_order_relaxed); }
 
 bool StepHeartbeat::healthy(Clock::duration deadline) const {
-  static const FaultPoint stall("heartbeat.stall");
+  static const faults::FaultPoint stall("heartbeat.stall");
   if (stall.armed()) return false;
   return step_age() < deadline;
 }

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/engine.hpp"
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 #include "engine/tokenizer.hpp"
 
 namespace inferd::warmup {
@@ -140,7 +140,7 @@ PhaseReport run_phase(engine::Engine& eng, const PromptMaker& prompts, int index
   }
   if (!ok)
     for (auto& h : handles) h->cancel();
-  static engine::FaultPoint fail("warmup.fail");
+  static faults::FaultPoint fail("warmup.fail");
   {
     std::lock_guard lk(tr.mu);
     rep.completed = tr.completed;

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 #include "engine/step_heartbeat.hpp"
 #include "health/step_watchdog.hpp"
 
@@ -91,9 +91,9 @@ TEST_SUITE("health") {
     StepHeartbeat hb;
     StepWatchdog wd(hb);
     CHECK(wd.sample().signal.level == Level::Ok);
-    inferd::engine::arm_fault("heartbeat.stall");
+    inferd::faults::arm_fault("heartbeat.stall");
     CHECK(wd.sample().signal.level == Level::Critical);
-    inferd::engine::disarm_fault("heartbeat.stall");
+    inferd::faults::disarm_fault("heartbeat.stall");
     CHECK(wd.sample().signal.level == Level::Ok);
   }
 }

@@ -3,11 +3,11 @@
 #include <chrono>
 #include <thread>
 
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 #include "engine/step_heartbeat.hpp"
 
 using namespace std::chrono_literals;
-using inferd::engine::FaultPoint;
+using inferd::faults::FaultPoint;
 using inferd::engine::StepHeartbeat;
 
 TEST_SUITE("heartbeat") {
@@ -35,17 +35,17 @@ TEST_SUITE("heartbeat") {
 
   TEST_CASE("heartbeat: the heartbeat.stall fault point reports a stuck step until disarmed") {
     StepHeartbeat hb;
-    inferd::engine::arm_fault("heartbeat.stall");
+    inferd::faults::arm_fault("heartbeat.stall");
     CHECK_FALSE(hb.healthy(1h));
-    CHECK(inferd::engine::disarm_fault("heartbeat.stall"));
+    CHECK(inferd::faults::disarm_fault("heartbeat.stall"));
     CHECK(hb.healthy(1h));
   }
 }
 
 TEST_SUITE("fault_points") {
   TEST_CASE("fault points: armed by name, with a value, before or after the point is declared") {
-    inferd::engine::disarm_all_faults();
-    inferd::engine::arm_fault("test.early", "7");
+    inferd::faults::disarm_all_faults();
+    inferd::faults::arm_fault("test.early", "7");
     const FaultPoint early("test.early");
     const FaultPoint late("test.late");
     CHECK(early.armed());
@@ -54,30 +54,30 @@ TEST_SUITE("fault_points") {
     CHECK(early.name() == "test.early");
     CHECK_FALSE(late.armed());
     CHECK(late.int_value(-1) == -1);
-    inferd::engine::arm_fault("test.late", "slow");
+    inferd::faults::arm_fault("test.late", "slow");
     CHECK(late.armed());
     CHECK(late.int_value(-1) == -1);
-    CHECK(inferd::engine::armed_faults() ==
+    CHECK(inferd::faults::armed_faults() ==
           std::vector<std::pair<std::string, std::string>>{{"test.early", "7"}, {"test.late", "slow"}});
-    CHECK(inferd::engine::disarm_fault("test.early"));
-    CHECK_FALSE(inferd::engine::disarm_fault("test.early"));
-    CHECK_FALSE(inferd::engine::disarm_fault("test.never"));
+    CHECK(inferd::faults::disarm_fault("test.early"));
+    CHECK_FALSE(inferd::faults::disarm_fault("test.early"));
+    CHECK_FALSE(inferd::faults::disarm_fault("test.never"));
     CHECK_FALSE(early.armed());
     CHECK(early.value().empty());
-    inferd::engine::disarm_all_faults();
+    inferd::faults::disarm_all_faults();
     CHECK_FALSE(late.armed());
-    CHECK(inferd::engine::armed_faults().empty());
+    CHECK(inferd::faults::armed_faults().empty());
   }
 
   TEST_CASE("fault points: INFERD_FAULTS spec") {
-    inferd::engine::disarm_all_faults();
-    inferd::engine::arm_faults_from_spec(" a.one=1 , a.two,,a.three= x ");
-    CHECK(inferd::engine::armed_faults() ==
+    inferd::faults::disarm_all_faults();
+    inferd::faults::arm_faults_from_spec(" a.one=1 , a.two,,a.three= x ");
+    CHECK(inferd::faults::armed_faults() ==
           std::vector<std::pair<std::string, std::string>>{{"a.one", "1"}, {"a.three", "x"}, {"a.two", ""}});
-    inferd::engine::disarm_all_faults();
-    CHECK_THROWS_WITH_AS(inferd::engine::arm_faults_from_spec("ok,=3"), "fault item '=3' has no name",
+    inferd::faults::disarm_all_faults();
+    CHECK_THROWS_WITH_AS(inferd::faults::arm_faults_from_spec("ok,=3"), "fault item '=3' has no name",
                          std::invalid_argument);
-    CHECK(inferd::engine::armed_faults().empty());  // a bad spec arms nothing
-    CHECK_THROWS_AS(inferd::engine::arm_fault(""), std::invalid_argument);
+    CHECK(inferd::faults::armed_faults().empty());  // a bad spec arms nothing
+    CHECK_THROWS_AS(inferd::faults::arm_fault(""), std::invalid_argument);
   }
 }

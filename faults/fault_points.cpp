@@ -1,4 +1,4 @@
-#include "engine/fault_points.hpp"
+#include "faults/fault_points.hpp"
 
 #include <charconv>
 #include <map>
@@ -6,7 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 
-namespace inferd::engine {
+namespace inferd::faults {
 
 namespace detail {
 struct FaultEntry {
@@ -123,4 +123,4 @@ std::vector<std::pair<std::string, std::string>> armed_faults() {
   return out;
 }
 
-}  // namespace inferd::engine
+}  // namespace inferd::faults

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace inferd::engine {
+namespace inferd::faults {
 
 namespace detail {
 struct FaultEntry;
@@ -44,4 +44,4 @@ void arm_faults_from_spec(std::string_view spec);
 // Armed points and their values, sorted by name.
 std::vector<std::pair<std::string, std::string>> armed_faults();
 
-}  // namespace inferd::engine
+}  // namespace inferd::faults
