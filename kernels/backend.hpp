@@ -6,8 +6,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "kernels/dtype.hpp"
 #include "kernels/shape_registry.hpp"
@@ -48,11 +50,55 @@ struct RopeParams {
   bool neox = false;       // false: adjacent pairs (GGUF llama); true: halves
 };
 
+class Backend;
+
+// Memory a backend owns (device memory on a GPU, aligned host memory on the CPU),
+// freed through that backend when the Buffer goes. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* owner, void* data, size_t bytes) : owner_(owner), data_(data), bytes_(bytes) {}
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    Buffer(std::move(o)).swap(*this);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(data_); }
+
+ private:
+  void swap(Buffer& o) noexcept {
+    std::swap(owner_, o.owner_);
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+  }
+  Backend* owner_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int threads() const = 0;
+
+  // Memory. Every pointer an op takes lies in this backend's memory: a Buffer
+  // from alloc(), or, when host_visible(), any host memory (the mapped weights).
+  // Whether host code may read and write this backend's memory directly.
+  virtual bool host_visible() const = 0;
+  // `bytes` of memory aligned to at least 64 bytes; zeroed when asked. Throws
+  // std::bad_alloc when there is not enough.
+  virtual Buffer alloc(size_t bytes, bool zeroed = false) = 0;
+  // Host -> backend and backend -> host copies; they return when the copy is done.
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
 
   // out[t][:] = dequantized row ids[t] of table (embedding lookup).
   virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
@@ -76,7 +122,18 @@ class Backend {
                          int n_heads, float scale, float* out) = 0;
 
   ShapeRegistry& shapes() { return ShapeRegistry::global(); }
+
+ protected:
+  friend class Buffer;
+  virtual void free(void* data) = 0;
 };
+
+inline Buffer::~Buffer() {
+  if (data_) owner_->free(data_);
+}
+
+// How an engine gets its backend: called once per model it loads.
+using BackendFactory = std::function<std::unique_ptr<Backend>()>;
 
 // threads <= 0: one per online core.
 std::unique_ptr<Backend> make_cpu_backend(int threads);

@@ -1,5 +1,6 @@
 #include "kernels/shape_probe.hpp"
 
+#include "kernels/host_memory.hpp"
 #include "kernels/launch_keys.hpp"
 
 namespace inferd::kernels {
@@ -11,6 +12,12 @@ class ShapeProbe final : public Backend {
 
   std::string name() const override { return "shape-probe"; }
   int threads() const override { return 1; }
+
+  // Host memory, so a dry run needs no device; ops never read or write it.
+  bool host_visible() const override { return true; }
+  Buffer alloc(size_t bytes, bool zeroed) override { return Buffer(this, host_alloc(bytes, zeroed), bytes); }
+  void upload(void*, const void*, size_t) override {}
+  void download(void*, const void*, size_t) override {}
 
   void get_rows(const WeightView& table, const int32_t*, int64_t n, float*) override {
     record(launch_keys::get_rows(table, n));
@@ -34,6 +41,9 @@ class ShapeProbe final : public Backend {
     record(launch_keys::attention(kv, n_heads, n_tokens));
     record(launch_keys::attention_context(kv, launch_keys::attention_reach(toks, n_tokens)));
   }
+
+ protected:
+  void free(void* data) override { host_free(data); }
 
  private:
   void record(const LaunchKey& k) { reg_.touch(k.key(), 0.0); }

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/half.hpp"
+#include "kernels/host_memory.hpp"
 #include "kernels/launch_keys.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/thread_pool.hpp"
@@ -113,6 +115,11 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return std::string("cpu-") + k_.isa; }
   int threads() const override { return pool_.size(); }
+
+  bool host_visible() const override { return true; }
+  Buffer alloc(size_t bytes, bool zeroed) override { return Buffer(this, host_alloc(bytes, zeroed), bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
   void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) override {
     LaunchScope scope(launch_keys::get_rows(table, n));
@@ -348,6 +355,9 @@ class CpuBackend final : public Backend {
       }
     }
   }
+
+ protected:
+  void free(void* data) override { host_free(data); }
 
  private:
   int64_t row_chunk(int64_t rows) const {
