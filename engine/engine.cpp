@@ -3,73 +3,42 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "engine/chat_template.hpp"
-#include "faults/fault_points.hpp"
+#include "engine/executor.hpp"
 #include "engine/gguf_reader.hpp"
-#include "engine/incremental_detokenizer.hpp"
-#include "engine/kv_cache.hpp"
-#include "engine/model_registry.hpp"
-#include "kernels/shape_probe.hpp"
+#include "engine/kv/kv_cache.hpp"
+#include "engine/kv/kv_cache_manager.hpp"
+#include "engine/output/output_stream.hpp"
+#include "engine/sched/scheduler.hpp"
 #include "engine/step_heartbeat.hpp"
-#include "engine/stop_matcher.hpp"
 #include "engine/tokenizer.hpp"
+#include "faults/fault_points.hpp"
+#include "kernels/shape_tracer.hpp"
 
 namespace inferd::engine {
 
 using Clock = std::chrono::steady_clock;
 
-const char* to_string(FinishReason r) {
-  switch (r) {
-    case FinishReason::None: return "none";
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Cancelled: return "cancelled";
-    case FinishReason::Error: return "error";
-  }
-  return "?";
-}
-
-struct Sequence {
+struct Engine::Live {
+  SeqId id = 0;
   GenerationRequest req;
-  std::shared_ptr<RequestHandle> handle;
-  std::vector<int32_t> tokens;  // prompt then generated
-  int n_prompt = 0;
-  int n_computed = 0;           // tokens whose K/V are in the cache
-  int cached_tokens = 0;        // prompt tokens served by the prefix cache
-  std::vector<int32_t> block_table;
-  int n_hashed_blocks = 0;      // leading full blocks whose hash is registered
-  uint64_t last_hash = 0;
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<IncrementalDetokenizer> detok;
-  std::unique_ptr<StopMatcher> stops;
+  std::shared_ptr<RequestHandle> handle = std::make_shared<RequestHandle>();
+  Sampler sampler;
+  OutputStream out;
   Clock::time_point arrival = Clock::now();
+  int n_generated = 0;
+  int cached_tokens = 0;
   bool sent_first = false;
-  bool preempted = false;
-  bool done = false;
 
-  int pending() const { return static_cast<int>(tokens.size()) - n_computed; }
-  int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
+  Live(SeqId id, GenerationRequest r, const Tokenizer& tok)
+      : id(id), req(std::move(r)), sampler(req.sampling), out(tok, req.skip_special_tokens, req.stop) {}
+
+  bool expired(Clock::time_point now) const { return handle->cancelled() || (req.deadline && now > *req.deadline); }
 };
 
-namespace {
-
-// Chains a block's tokens onto its predecessor's hash (splitmix-style mixing).
-uint64_t block_hash(uint64_t prev, const int32_t* toks, int n) {
-  uint64_t h = prev ^ 0x9e3779b97f4a7c15ull;
-  for (int i = 0; i < n; ++i) {
-    h ^= static_cast<uint32_t>(toks[i]) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 31;
-  }
-  return h == 0 ? 1 : h;
-}
-
-}  // namespace
-
 Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts), heartbeat_(heartbeat) {
-  backend_ = kernels::make_cpu_backend(opts_.threads);
+  backend_ = opts_.backend ? opts_.backend() : kernels::make_cpu_backend(opts_.threads);
   file_ = GgufFile::open(opts_.model_path);
   // The stages after the weights repeat the weights' final counts under their own name.
   LoadProgress last;
@@ -101,8 +70,11 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
     throw std::invalid_argument("kv cache of " + std::to_string(g.num_blocks) + " blocks cannot hold one sequence of " +
                                 std::to_string(max_model_len_) + " tokens");
   stage("kv_cache");
-  kv_ = std::make_unique<KvCache>(g);
-  blocks_ = std::make_unique<BlockAllocator>(g.num_blocks);
+  kv_ = std::make_unique<KvCache>(g, *backend_);
+  kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerLimits{opts_.max_num_seqs, opts_.max_num_batched_tokens, max_model_len_}, *kv_manager_);
+  executor_ = std::make_unique<Executor>(*model_, *kv_);
   spdlog::info("engine: {} ({} layers, dim {}, vocab {}), max_model_len {}, kv cache {} blocks x {} tokens ({:.0f} MiB), "
                "{} threads ({})",
                mc.name, mc.n_layers, mc.dim, mc.vocab, max_model_len_, g.num_blocks, g.block_size,
@@ -117,10 +89,10 @@ ShapeAxes Engine::shape_axes() const {
 }
 
 std::vector<kernels::ShapeKey> Engine::reachable_shape_keys() const {
-  kernels::ShapeRegistry probe;
-  auto be = kernels::make_shape_probe(probe);
+  kernels::ShapeRegistry traced;
+  auto be = kernels::make_shape_tracer(traced);
   auto model = load_model(*file_, *be, precision_);
-  return probe_shape_space(*model, probe, kv_->geometry(), shape_axes());
+  return trace_shape_space(*model, *be, traced, kv_->geometry(), shape_axes());
 }
 
 void Engine::stop() {
@@ -132,7 +104,7 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::unique_ptr<Sequence> Engine::make_sequence(GenerationRequest req) const {
+std::unique_ptr<Engine::Live> Engine::make_live(GenerationRequest req) {
   const int n = static_cast<int>(req.prompt.size());
   if (n == 0) throw InvalidRequest("prompt", "the prompt is empty");
   for (int32_t t : req.prompt)
@@ -146,45 +118,37 @@ std::unique_ptr<Sequence> Engine::make_sequence(GenerationRequest req) const {
     throw InvalidRequest("max_tokens", "the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                                            std::to_string(req.max_tokens) + ") exceeds the maximum context length of " +
                                            std::to_string(max_model_len_) + " tokens");
-  auto s = std::make_unique<Sequence>();
-  s->handle = std::make_shared<RequestHandle>();
-  s->tokens = req.prompt;
-  s->n_prompt = n;
-  s->sampler = std::make_unique<Sampler>(req.sampling);
-  s->detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, req.skip_special_tokens);
-  s->stops = std::make_unique<StopMatcher>(req.stop);
-  s->req = std::move(req);
-  return s;
+  return std::make_unique<Live>(next_id_.fetch_add(1), std::move(req), *tokenizer_);
 }
 
 std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest req) {
-  std::vector<std::unique_ptr<Sequence>> one;
-  one.push_back(make_sequence(std::move(req)));
+  std::vector<std::unique_ptr<Live>> one;
+  one.push_back(make_live(std::move(req)));
   auto handle = one.front()->handle;
   enqueue(std::move(one), true);
   return handle;
 }
 
 std::vector<std::shared_ptr<RequestHandle>> Engine::submit_together(std::vector<GenerationRequest> reqs) {
-  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<std::unique_ptr<Live>> lives;
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (auto& r : reqs) {
-    seqs.push_back(make_sequence(std::move(r)));
-    handles.push_back(seqs.back()->handle);
+    lives.push_back(make_live(std::move(r)));
+    handles.push_back(lives.back()->handle);
   }
-  enqueue(std::move(seqs), false);
+  enqueue(std::move(lives), false);
   return handles;
 }
 
-void Engine::enqueue(std::vector<std::unique_ptr<Sequence>> seqs, bool queue_limit) {
+void Engine::enqueue(std::vector<std::unique_ptr<Live>> reqs, bool queue_limit) {
   {
     std::lock_guard lk(mu_);
     if (stopping_) throw QueueFull("the engine is stopping");
     // n_waiting_ counts the inbox too: submit adds to it, each step recounts both under this lock.
-    if (queue_limit && static_cast<size_t>(n_waiting_.load()) + seqs.size() > opts_.max_waiting)
+    if (queue_limit && static_cast<size_t>(n_waiting_.load()) + reqs.size() > opts_.max_waiting)
       throw QueueFull("too many queued requests (" + std::to_string(opts_.max_waiting) + ")");
-    for (auto& s : seqs) inbox_.push_back(std::move(s));
-    n_waiting_.fetch_add(static_cast<int>(seqs.size()));
+    for (auto& r : reqs) inbox_.push_back(std::move(r));
+    n_waiting_.fetch_add(static_cast<int>(reqs.size()));
   }
   cv_.notify_one();
 }
@@ -193,7 +157,7 @@ EngineStats Engine::stats() const {
   EngineStats st;
   st.running = n_running_.load();
   st.waiting = n_waiting_.load();
-  st.kv_blocks_total = blocks_ ? blocks_->num_blocks() : 0;
+  st.kv_blocks_total = kv_manager_ ? kv_manager_->num_blocks() : 0;
   st.kv_blocks_used = kv_used_.load();
   st.prompt_tokens_total = prompt_total_.load();
   st.generation_tokens_total = gen_total_.load();
@@ -204,14 +168,27 @@ EngineStats Engine::stats() const {
   return st;
 }
 
+void Engine::take_inbox() {
+  while (!inbox_.empty()) {
+    auto r = std::move(inbox_.front());
+    inbox_.pop_front();
+    const Live& l = *r;
+    SeqSpec spec{l.id, l.req.prompt, l.req.max_tokens, {}, l.req.priority};
+    if (!l.req.ignore_eos) {
+      spec.stop_tokens = tokenizer_->stop_ids();
+      spec.stop_tokens.insert(spec.stop_tokens.end(), l.req.stop_token_ids.begin(), l.req.stop_token_ids.end());
+    }
+    scheduler_->add(std::move(spec));
+    live_.emplace(l.id, std::move(r));
+  }
+}
+
 void Engine::loop() {
   for (;;) {
     {
       std::unique_lock lk(mu_);
-      if (heartbeat_ && inbox_.empty() && running_.empty() && waiting_.empty()) heartbeat_->set_idle();
-      cv_.wait(lk, [&] {
-        return stopping_ || reset_reason_ || !inbox_.empty() || !running_.empty() || !waiting_.empty();
-      });
+      if (heartbeat_ && inbox_.empty() && scheduler_->idle()) heartbeat_->set_idle();
+      cv_.wait(lk, [&] { return stopping_ || reset_reason_ || !inbox_.empty() || !scheduler_->idle(); });
       if (reset_reason_) {
         do_reset(*reset_reason_);
         reset_reason_.reset();
@@ -219,34 +196,45 @@ void Engine::loop() {
         ++resets_done_;
         reset_cv_.notify_all();
       }
-      while (!inbox_.empty()) {
-        if (inbox_.front()->req.priority) waiting_.push_front(std::move(inbox_.front()));
-        else waiting_.push_back(std::move(inbox_.front()));
-        inbox_.pop_front();
-      }
+      take_inbox();
       if (stopping_) break;
     }
-    try {
-      if (build_step()) run_step();
-    } catch (const std::exception& e) {
-      // A failing step must not take the process down: fail what was in it.
-      spdlog::error("engine step failed: {}", e.what());
-      for (auto& s : running_) finish(*s, FinishReason::Error, std::string("engine step failed: ") + e.what());
-    }
-    std::erase_if(running_, [](const auto& s) { return s->done; });
-    n_running_.store(static_cast<int>(running_.size()));
-    {
-      std::lock_guard lk(mu_);
-      n_waiting_.store(static_cast<int>(waiting_.size() + inbox_.size()));
-    }
-    kv_used_.store(blocks_->num_used());
+    drop_expired();
+    step();
+    publish_stats();
   }
-  for (auto& s : running_) finish(*s, FinishReason::Error, "the engine stopped");
-  for (auto& s : waiting_) finish(*s, FinishReason::Error, "the engine stopped");
-  running_.clear();
-  waiting_.clear();
+  for (auto& [id, r] : live_) end(*r, FinishReason::Error, "the engine stopped");
+  live_.clear();
+  scheduler_->clear();
   n_running_.store(0);
   n_waiting_.store(0);
+}
+
+void Engine::publish_stats() {
+  n_running_.store(static_cast<int>(scheduler_->num_running()));
+  {
+    std::lock_guard lk(mu_);
+    n_waiting_.store(static_cast<int>(scheduler_->num_waiting() + inbox_.size()));
+  }
+  kv_used_.store(kv_manager_->num_used_blocks());
+  const auto& c = scheduler_->counters();
+  prefix_q_.store(c.prefix_query_tokens);
+  prefix_hit_.store(c.prefix_hit_tokens);
+  preempt_total_.store(c.preemptions);
+  steps_total_.store(c.steps);
+}
+
+void Engine::drop_expired() {
+  const auto now = Clock::now();
+  std::vector<SeqId> gone;
+  for (auto& [id, r] : live_)
+    if (r->expired(now)) gone.push_back(id);
+  for (SeqId id : gone) {
+    if (scheduler_->has(id)) live_.at(id)->cached_tokens = scheduler_->view(id).cached_tokens;
+    scheduler_->finish(id);
+    end(*live_.at(id), FinishReason::Cancelled);
+    live_.erase(id);
+  }
 }
 
 bool Engine::reset(const std::string& reason, std::chrono::milliseconds timeout) {
@@ -272,177 +260,26 @@ void Engine::release_held() {
 
 void Engine::do_reset(const std::string& reason) {
   int held = 0, ended = 0;
-  auto sort = [&](std::unique_ptr<Sequence>& s) {
-    if (s->done) return;
-    if (s->n_generated() == 0) {
-      release_blocks(*s);
-      s->n_computed = 0;
-      s->preempted = false;
-      held_.push_back(std::move(s));
+  auto sort = [&](std::unique_ptr<Live> r) {
+    if (r->n_generated == 0) {
+      held_.push_back(std::move(r));
       ++held;
     } else {
-      finish(*s, FinishReason::Error, "interrupted by a recovery (" + reason + ") after it had produced output");
+      end(*r, FinishReason::Error, "interrupted by a recovery (" + reason + ") after it had produced output");
       ++ended;
     }
   };
-  for (auto& s : running_) sort(s);
-  for (auto& s : waiting_) sort(s);
-  for (auto& s : inbox_) sort(s);
-  running_.clear();
-  waiting_.clear();
-  inbox_.clear();
-  // Whatever the cache holds may be what went wrong: nothing of it is reused.
-  blocks_->clear_cache();
+  // Running first, then waiting, then the inbox: the order they run again in.
+  for (SeqId id : scheduler_->clear()) sort(std::move(live_.at(id)));
+  live_.clear();
+  while (!inbox_.empty()) {
+    sort(std::move(inbox_.front()));
+    inbox_.pop_front();
+  }
   n_running_.store(0);
   n_waiting_.store(0);
-  kv_used_.store(blocks_->num_used());
+  kv_used_.store(kv_manager_->num_used_blocks());
   spdlog::warn("engine reset ({}): {} requests held to run again, {} ended with an error", reason, held, ended);
-}
-
-bool Engine::ensure_blocks(Sequence& s, int upto_tokens) {
-  const int need = (upto_tokens + opts_.block_size - 1) / opts_.block_size;
-  while (static_cast<int>(s.block_table.size()) < need) {
-    auto b = blocks_->allocate();
-    if (!b) return false;
-    s.block_table.push_back(*b);
-  }
-  return true;
-}
-
-void Engine::release_blocks(Sequence& s) {
-  for (int32_t b : s.block_table) blocks_->release(b);
-  s.block_table.clear();
-  s.n_hashed_blocks = 0;
-  s.last_hash = 0;
-}
-
-int Engine::reuse_cached_prefix(Sequence& s) {
-  if (!opts_.enable_prefix_caching || s.n_computed != 0) return 0;
-  const int bs = opts_.block_size;
-  // At least one token is always computed: its logits start the generation.
-  const int full = (static_cast<int>(s.tokens.size()) - 1) / bs;
-  uint64_t h = 0;
-  int hit = 0;
-  for (int i = 0; i < full; ++i) {
-    h = block_hash(h, s.tokens.data() + i * bs, bs);
-    auto b = blocks_->lookup(h);
-    if (!b) break;
-    s.block_table.push_back(*b);
-    s.last_hash = h;
-    ++hit;
-  }
-  s.n_hashed_blocks = hit;
-  s.n_computed = hit * bs;
-  return hit * bs;
-}
-
-void Engine::register_full_blocks(Sequence& s) {
-  if (!opts_.enable_prefix_caching) return;
-  const int bs = opts_.block_size;
-  while ((s.n_hashed_blocks + 1) * bs <= s.n_computed) {
-    const int i = s.n_hashed_blocks;
-    s.last_hash = block_hash(s.last_hash, s.tokens.data() + i * bs, bs);
-    blocks_->register_hash(s.block_table[i], s.last_hash);
-    ++s.n_hashed_blocks;
-  }
-}
-
-bool Engine::build_step() {
-  batch_.clear();
-  batch_logit_seqs_.clear();
-  batch_seqs_.clear();
-  batch_decodes_ = 0;
-  const auto now = Clock::now();
-  auto expired = [&](const Sequence& s) {
-    return s.handle->cancelled() || (s.req.deadline && now > *s.req.deadline);
-  };
-  auto drop_expired = [&](auto& seqs) {
-    for (auto& s : seqs)
-      if (expired(*s)) finish(*s, FinishReason::Cancelled);
-    std::erase_if(seqs, [](const auto& s) { return s->done; });
-  };
-  drop_expired(running_);
-  drop_expired(waiting_);
-
-  int budget = opts_.max_num_batched_tokens;
-  std::vector<Sequence*> scheduled;
-  auto is_scheduled = [&](Sequence* s) { return std::find(scheduled.begin(), scheduled.end(), s) != scheduled.end(); };
-
-  // Makes room for s by preempting the newest running sequence not in this step.
-  auto make_room = [&](Sequence* s, int upto) {
-    while (!ensure_blocks(*s, upto)) {
-      Sequence* victim = nullptr;
-      for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-        Sequence* c = it->get();
-        if (c != s && !c->preempted && !c->done && !is_scheduled(c)) {
-          victim = c;
-          break;
-        }
-      }
-      if (!victim) return false;
-      // Recompute preemption: its K/V are dropped and rebuilt when it is readmitted.
-      release_blocks(*victim);
-      victim->n_computed = 0;
-      victim->preempted = true;
-      preempt_total_.fetch_add(1);
-    }
-    return true;
-  };
-
-  auto schedule = [&](Sequence* s, int n) {
-    const int start = s->n_computed;
-    for (int i = 0; i < n; ++i) {
-      const bool last = start + i + 1 == static_cast<int>(s->tokens.size());
-      batch_.add(s->tokens[start + i], start + i, s->block_table.data(), last);
-      if (last) batch_logit_seqs_.push_back(s);
-    }
-    scheduled.push_back(s);
-    batch_seqs_.emplace_back(s, n);
-    budget -= n;
-  };
-
-  // Decode tokens first, then prefill chunks of sequences already running.
-  for (int pass = 0; pass < 2; ++pass) {
-    for (auto& up : running_) {
-      Sequence* s = up.get();
-      if (s->preempted || budget <= 0) continue;
-      const bool decode = s->pending() == 1;
-      if ((pass == 0) != decode) continue;
-      const int n = std::min(s->pending(), budget);
-      if (make_room(s, s->n_computed + n)) {
-        schedule(s, n);
-        batch_decodes_ += decode;
-      }
-    }
-  }
-  // Preempted sequences go back to the front of the queue, oldest first.
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-    if ((*it)->preempted) {
-      (*it)->preempted = false;
-      waiting_.push_front(std::move(*it));
-    }
-  std::erase_if(running_, [](const auto& s) { return !s; });
-
-  // Admit waiting sequences while there is room.
-  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < opts_.max_num_seqs) {
-    Sequence* s = waiting_.front().get();
-    const int hit = reuse_cached_prefix(*s);
-    if (s->cached_tokens == 0 && s->n_generated() == 0) {
-      s->cached_tokens = hit;
-      prefix_q_.fetch_add(s->tokens.size());
-      prefix_hit_.fetch_add(hit);
-    }
-    const int n = std::min(s->pending(), budget);
-    if (!ensure_blocks(*s, s->n_computed + n)) {
-      release_blocks(*s);  // also drops prefix blocks it took; retried next step
-      s->n_computed = 0;
-      break;
-    }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    schedule(s, n);
-  }
-  return batch_.size() > 0;
 }
 
 // Fault point "step.stall=MS": the next step hangs for MS milliseconds (default
@@ -469,90 +306,100 @@ void Engine::corrupt_if_armed() {
   }
 }
 
-void Engine::run_step() {
-  const int vocab = model_->config().vocab;
-  logits_.resize(batch_.logits_rows.size() * static_cast<size_t>(vocab));
-  if (heartbeat_) heartbeat_->begin_step();
-  stall_if_armed();
-  {
-    // A step that only decodes is what a captured decode graph would replay.
-    std::optional<kernels::LaunchScope> decode_step;
-    if (batch_decodes_ == static_cast<int>(batch_.size())) decode_step.emplace(decode_batch_key(batch_decodes_));
-    model_->forward(batch_, *kv_, logits_.data());
+void Engine::step() {
+  const StepPlan plan = scheduler_->schedule();
+  if (plan.empty()) return;
+  try {
+    if (heartbeat_) heartbeat_->begin_step();
+    stall_if_armed();
+    executor_->execute(plan, logits_);
+    corrupt_if_armed();
+    if (heartbeat_) heartbeat_->end_step();
+  } catch (const std::exception& e) {
+    // A failing step must not take the process down: fail what was in it.
+    spdlog::error("engine step failed: {}", e.what());
+    if (heartbeat_) heartbeat_->end_step();
+    for (const auto& s : plan.seqs) {
+      scheduler_->finish(s.seq);
+      if (auto it = live_.find(s.seq); it != live_.end()) {
+        end(*it->second, FinishReason::Error, std::string("engine step failed: ") + e.what());
+        live_.erase(it);
+      }
+    }
+    return;
   }
-  corrupt_if_armed();
-  if (heartbeat_) heartbeat_->end_step();
   // A reset cut this step short: its results are suspect and nothing is sampled
   // from them, so a request that had produced nothing still has produced nothing.
   if (abort_step_.load()) return;
-  steps_total_.fetch_add(1);
 
-  // Every scheduled token is now in the cache.
-  for (auto [s, n] : batch_seqs_) {
-    s->n_computed += n;
-    register_full_blocks(*s);
+  // Sample one token per sampled sequence, row r of the logits for the r-th.
+  const int vocab = model_->config().vocab;
+  std::vector<SampledToken> sampled;
+  std::vector<SampleResult> results;
+  for (const auto& s : plan.seqs) {
+    if (!s.sample) continue;
+    Live& r = *live_.at(s.seq);
+    const auto v = scheduler_->view(s.seq);
+    if (r.n_generated == 0) {
+      prompt_total_.fetch_add(v.n_prompt);
+      r.cached_tokens = v.cached_tokens;
+    }
+    std::span<float> row(logits_.data() + sampled.size() * vocab, vocab);
+    results.push_back(r.sampler.sample(row, v.tokens, v.tokens.subspan(v.n_prompt)));
+    sampled.push_back({s.seq, results.back().token});
   }
+  const auto outcomes = scheduler_->update(plan, sampled);
 
   const auto now = Clock::now();
-  for (size_t r = 0; r < batch_logit_seqs_.size(); ++r) {
-    Sequence& s = *batch_logit_seqs_[r];
-    if (s.n_generated() == 0) prompt_total_.fetch_add(s.n_prompt);
-    std::span<float> row(logits_.data() + r * vocab, vocab);
-    const std::span<const int32_t> all(s.tokens);
-    const std::span<const int32_t> gen = all.subspan(s.n_prompt);
-    SampleResult res = s.sampler->sample(row, all, gen);
-    s.tokens.push_back(res.token);
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const TokenOutcome& o = outcomes[i];
+    Live& r = *live_.at(o.seq);
+    ++r.n_generated;
     gen_total_.fetch_add(1);
-
     Delta d;
-    TokenOut t{res.token, res.logprob, {}};
-    if (s.req.sampling.logprobs >= 0) t.top = std::move(res.top);
+    TokenOut t{o.token, results[i].logprob, {}};
+    if (r.req.sampling.logprobs >= 0) t.top = std::move(results[i].top);
     d.tokens.push_back(std::move(t));
-    if (!s.sent_first) {
-      d.ttft_s = std::chrono::duration<double>(now - s.arrival).count();
-      s.sent_first = true;
+    if (!r.sent_first) {
+      d.ttft_s = std::chrono::duration<double>(now - r.arrival).count();
+      r.sent_first = true;
     }
-
-    auto in = [](const std::vector<int32_t>& v, int32_t t) { return std::find(v.begin(), v.end(), t) != v.end(); };
-    const bool eos = !s.req.ignore_eos && (in(tokenizer_->stop_ids(), res.token) || in(s.req.stop_token_ids, res.token));
-    FinishReason why = FinishReason::None;
-    if (eos) {
-      why = FinishReason::Stop;
+    FinishReason why = o.finish;
+    if (why == FinishReason::Stop) {  // a stop token: its own text is never shown
+      d.text = r.out.finish();
     } else {
-      d.text = s.stops->push(s.detok->push(res.token));
-      if (s.stops->stopped()) {
+      d.text = r.out.push(o.token);
+      if (r.out.stopped()) {
         why = FinishReason::Stop;
-        d.stop_reason = s.stops->matched();
-      } else if (s.n_generated() >= s.req.max_tokens || static_cast<int>(s.tokens.size()) >= max_model_len_) {
-        why = FinishReason::Length;
+        d.stop_reason = r.out.matched();
+        scheduler_->finish(o.seq);
+      } else if (why == FinishReason::Length) {
+        d.text += r.out.finish();
       }
     }
     if (why == FinishReason::None) {
-      deliver(s, std::move(d));
+      deliver(r, std::move(d));
     } else {
-      if (why == FinishReason::Length || eos) d.text += s.stops->push(s.detok->finish()) + s.stops->flush();
-      finish(s, why, {}, std::move(d));
+      end(r, why, {}, std::move(d));
+      live_.erase(o.seq);
     }
   }
 }
 
-void Engine::finish(Sequence& s, FinishReason why, std::string error, Delta d) {
-  if (s.done) return;
+void Engine::end(Live& r, FinishReason why, std::string error, Delta d) {
   d.finish = why;
   d.error = std::move(error);
-  d.usage = {s.n_prompt, std::max(0, s.n_generated()), s.cached_tokens};
-  d.e2e_s = std::chrono::duration<double>(Clock::now() - s.arrival).count();
-  release_blocks(s);
-  s.done = true;
-  deliver(s, std::move(d));
+  d.usage = {static_cast<int>(r.req.prompt.size()), r.n_generated, r.cached_tokens};
+  d.e2e_s = std::chrono::duration<double>(Clock::now() - r.arrival).count();
+  deliver(r, std::move(d));
 }
 
-void Engine::deliver(Sequence& s, Delta&& d) {
-  // A sink that throws loses its own request, never the scheduler.
+void Engine::deliver(Live& r, Delta&& d) {
+  // A sink that throws loses its own request, never the step loop.
   try {
-    s.req.sink(std::move(d));
+    r.req.sink(std::move(d));
   } catch (const std::exception& e) {
-    spdlog::warn("request {}: sink failed: {}", s.req.id, e.what());
+    spdlog::warn("request {}: sink failed: {}", r.req.id, e.what());
   }
 }
 

@@ -1,8 +1,9 @@
-// The engine: owns the model, tokenizer and KV cache, and runs one scheduler
-// thread that builds every step from the running sequences (decode tokens first,
-// then prefill chunks) within max_num_seqs and max_num_batched_tokens.
-// Requests arrive through submit(); results leave through each request's sink,
-// called on the scheduler thread.
+// The engine: owns the backend, model, tokenizer and KV cache, and runs one step
+// loop: the scheduler plans a step (engine/sched), the executor runs its forward
+// pass (engine/executor.hpp), the engine samples, the scheduler takes the
+// sampled tokens back, and each request's output stream (engine/output) turns
+// them into deltas. Requests arrive through submit(); results leave through each
+// request's sink, called on the step loop's thread.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -16,11 +17,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
-#include "engine/model.hpp"
-#include "engine/model_registry.hpp"
+#include "engine/models/model.hpp"
+#include "engine/models/model_registry.hpp"
 #include "engine/sampler.hpp"
+#include "engine/sched/step_plan.hpp"
 #include "engine/shape_space.hpp"
 
 namespace inferd::engine {
@@ -29,9 +32,10 @@ class GgufFile;
 class Tokenizer;
 class ChatTemplate;
 class KvCache;
-class BlockAllocator;
+class KvCacheManager;
+class Scheduler;
+class Executor;
 class StepHeartbeat;
-struct Sequence;
 
 struct EngineOptions {
   std::string model_path;
@@ -44,13 +48,12 @@ struct EngineOptions {
   size_t kv_cache_bytes = size_t(1) << 30;
   bool enable_prefix_caching = true;
   size_t max_waiting = 256;         // queued requests beyond this are refused
-  // Hears the load as it goes (engine/model_registry.hpp): stages "weights" (per
+  // Makes the backend the model runs on; empty: the CPU backend with `threads`.
+  kernels::BackendFactory backend;
+  // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
   LoadProgressFn on_load_progress;
 };
-
-enum class FinishReason { None, Stop, Length, Cancelled, Error };
-const char* to_string(FinishReason r);
 
 struct Usage {
   int prompt_tokens = 0;
@@ -143,7 +146,7 @@ class Engine {
   kernels::Backend& backend() { return *backend_; }
 
   // The shape space of this engine's configuration (engine/shape_space.hpp): its
-  // axes, and the keys real traffic can reach, found by a dry run on the shape probe.
+  // axes, and the keys real traffic can reach, found by a dry run on the shape tracer.
   ShapeAxes shape_axes() const;
   std::vector<kernels::ShapeKey> reachable_shape_keys() const;
 
@@ -167,22 +170,20 @@ class Engine {
   void release_held();
 
  private:
-  std::unique_ptr<Sequence> make_sequence(GenerationRequest req) const;  // validates; throws InvalidRequest
-  void enqueue(std::vector<std::unique_ptr<Sequence>> seqs, bool queue_limit);
+  struct Live;  // a request the engine holds: its sink, sampler and output stream
+  std::unique_ptr<Live> make_live(GenerationRequest req);  // validates; throws InvalidRequest
+  void enqueue(std::vector<std::unique_ptr<Live>> reqs, bool queue_limit);
   void loop();
-  void do_reset(const std::string& reason);  // scheduler thread
+  void take_inbox();                         // step loop; mu_ held
+  void do_reset(const std::string& reason);  // step loop; mu_ held
+  void drop_expired();
+  void step();
   void stall_if_armed();
   void corrupt_if_armed();
-  void admit_new();
-  bool build_step();
-  void run_step();
-  // Ends s with a final delta (carrying the last token's text, if any) and frees its blocks.
-  void finish(Sequence& s, FinishReason why, std::string error = {}, Delta last = {});
-  void deliver(Sequence& s, Delta&& d);
-  void release_blocks(Sequence& s);
-  bool ensure_blocks(Sequence& s, int upto_tokens);
-  void register_full_blocks(Sequence& s);
-  int reuse_cached_prefix(Sequence& s);
+  // Ends a request with a final delta (carrying its last text, if any).
+  void end(Live& r, FinishReason why, std::string error = {}, Delta last = {});
+  void deliver(Live& r, Delta&& d);
+  void publish_stats();
 
   EngineOptions opts_;
   StepHeartbeat* heartbeat_;
@@ -192,28 +193,26 @@ class Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_;
   std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<BlockAllocator> blocks_;
+  std::unique_ptr<KvCacheManager> kv_manager_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Executor> executor_;
   int max_model_len_ = 0;
   Precision precision_ = Precision::Fast;
+  std::atomic<uint64_t> next_id_{1};
 
   // Inbox from submit(), guarded by mu_.
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Sequence>> inbox_;
+  std::deque<std::unique_ptr<Live>> inbox_;
   bool stopping_ = false;
-  std::optional<std::string> reset_reason_;  // a reset the scheduler has yet to do
+  std::optional<std::string> reset_reason_;  // a reset the step loop has yet to do
   uint64_t resets_done_ = 0;
   std::condition_variable reset_cv_;
-  std::deque<std::unique_ptr<Sequence>> held_;
+  std::deque<std::unique_ptr<Live>> held_;
   std::atomic<bool> abort_step_{false};
 
-  // Scheduler-thread state.
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
-  StepBatch batch_;
-  std::vector<Sequence*> batch_logit_seqs_;            // one per logits row
-  std::vector<std::pair<Sequence*, int>> batch_seqs_;  // tokens each sequence has in the step
-  int batch_decodes_ = 0;                               // sequences in the step that decode
+  // Step-loop state: the requests the scheduler holds, by sequence id.
+  std::unordered_map<SeqId, std::unique_ptr<Live>> live_;
   std::vector<float> logits_;
 
   // Counters read by stats().

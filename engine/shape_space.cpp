@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "engine/kv_cache.hpp"
-#include "engine/model.hpp"
+#include "engine/kv/kv_cache.hpp"
+#include "engine/models/model.hpp"
 
 namespace inferd::engine {
 
@@ -31,12 +31,12 @@ ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model
 
 kernels::LaunchKey decode_batch_key(int64_t n) { return {"step.decode", "b", {kernels::pow2_bucket(n)}}; }
 
-std::vector<kernels::ShapeKey> probe_shape_space(Model& model, kernels::ShapeRegistry& probe, const KvGeometry& g,
-                                                 const ShapeAxes& axes) {
-  // One cache block is enough: the probe reads no memory, only block tables.
+std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend& tracer, kernels::ShapeRegistry& traced,
+                                                 const KvGeometry& g, const ShapeAxes& axes) {
+  // One cache block is enough: the tracer reads no memory, only block tables.
   KvGeometry one = g;
   one.num_blocks = 1;
-  KvCache kv(one);
+  KvCache kv(one, tracer);
   const int64_t max_ctx = axes.contexts.empty() ? 1 : axes.contexts.back();
   const std::vector<int32_t> table(static_cast<size_t>(max_ctx / std::max(1, g.block_size) + 2), 0);
   std::vector<float> logits;
@@ -45,27 +45,29 @@ std::vector<kernels::ShapeKey> probe_shape_space(Model& model, kernels::ShapeReg
     model.forward(b, kv, logits.data());
   };
 
-  probe.clear();
+  traced.clear();
   StepBatch b;
   for (int64_t t : axes.step_tokens) {  // one prompt chunk of t tokens
     b.clear();
-    for (int64_t i = 0; i < t; ++i) b.add(0, static_cast<int32_t>(i), table.data(), i + 1 == t);
+    const int32_t at = b.add_table(table);
+    for (int64_t i = 0; i < t; ++i) b.add(0, static_cast<int32_t>(i), at, i + 1 == t);
     run(b);
   }
   for (int64_t r : axes.sampled_seqs) {  // r sequences, one token each
     b.clear();
-    for (int64_t i = 0; i < r; ++i) b.add(0, 0, table.data(), true);
+    const int32_t at = b.add_table(table);
+    for (int64_t i = 0; i < r; ++i) b.add(0, 0, at, true);
     run(b);
   }
   for (int64_t c : axes.contexts) {  // one decode token reading c positions
     b.clear();
-    b.add(0, static_cast<int32_t>(c - 1), table.data(), true);
+    b.add(0, static_cast<int32_t>(c - 1), b.add_table(table), true);
     run(b);
   }
-  for (int64_t n : axes.decode_batches) probe.touch(decode_batch_key(n).key(), 0.0);
+  for (int64_t n : axes.decode_batches) traced.touch(decode_batch_key(n).key(), 0.0);
 
   std::vector<kernels::ShapeKey> keys;
-  for (auto& [key, use] : probe.snapshot()) keys.push_back(key);
+  for (auto& [key, use] : traced.snapshot()) keys.push_back(key);
   std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.str() < b.str(); });
   return keys;
 }

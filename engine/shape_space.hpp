@@ -6,12 +6,13 @@
 // steps that only decode, the batch size (the seam for captured decode graphs).
 // Every kernel key depends on one axis (kernels/launch_keys.hpp), so the reachable
 // set is the union, over the axes' buckets, of the keys one step of that shape
-// launches; the shape probe computes them by a dry run of the model.
+// launches; the shape tracer computes them by a dry run of the model.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kernels/backend.hpp"
 #include "kernels/shape_registry.hpp"
 
 namespace inferd::engine {
@@ -35,9 +36,9 @@ std::vector<int64_t> bucket_representatives(int64_t max);
 // The key a step that only decodes registers, for `n` sequences.
 kernels::LaunchKey decode_batch_key(int64_t n);
 
-// The reachable keys for `model` (whose backend must be a shape probe writing to
-// `probe`) with a KV cache of geometry `g`, sorted by their text.
-std::vector<kernels::ShapeKey> probe_shape_space(Model& model, kernels::ShapeRegistry& probe, const KvGeometry& g,
-                                                 const ShapeAxes& axes);
+// The reachable keys for `model` (whose backend must be `tracer`, a shape tracer
+// writing to `traced`) with a KV cache of geometry `g`, sorted by their text.
+std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend& tracer, kernels::ShapeRegistry& traced,
+                                                 const KvGeometry& g, const ShapeAxes& axes);
 
 }  // namespace inferd::engine

@@ -1,5 +1,5 @@
 // Aligned host memory for the backends whose memory is the host's (the CPU
-// backend and the shape probe): 64-byte aligned, so SIMD loads and each KV head's
+// backend and the shape tracer): 64-byte aligned, so SIMD loads and each KV head's
 // slot sit on whole cache lines.
 #pragma once
 #include <cstddef>

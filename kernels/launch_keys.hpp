@@ -1,5 +1,5 @@
 // The shape key of every op of the Backend interface, in one place: each backend's
-// launch sites register these keys, and the shape probe (shape_probe.hpp) computes
+// launch sites register these keys, and the shape tracer (shape_tracer.hpp) computes
 // them without running anything, so warm-up can know the reachable set up front.
 //
 // Each key depends on one step axis only: the step's token count, or the context

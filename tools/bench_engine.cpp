@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/gguf_reader.hpp"
-#include "engine/kv_cache.hpp"
-#include "engine/model_registry.hpp"
+#include "engine/kv/kv_cache.hpp"
+#include "engine/models/model_registry.hpp"
 #include "tools/inferctl_commands.hpp"
 
 namespace inferd::tools {
@@ -60,7 +60,7 @@ int cmd_bench_engine(const Args& args) {
   const int bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
   engine::KvGeometry g{mc.n_layers, mc.n_kv_heads, mc.head_dim, bs, blocks_per_seq * std::max(batch, 1),
                        kernels::DType::F16};
-  engine::KvCache kv(g);
+  engine::KvCache kv(g, *backend);
   std::vector<std::vector<int32_t>> tables(std::max(batch, 1), std::vector<int32_t>(blocks_per_seq));
   for (size_t s = 0; s < tables.size(); ++s)
     for (int i = 0; i < blocks_per_seq; ++i) tables[s][i] = int32_t(s * blocks_per_seq + i);
@@ -73,7 +73,8 @@ int cmd_bench_engine(const Args& args) {
   // Warm the caches and the thread pool once so the first repetition is not an outlier.
   {
     engine::StepBatch b;
-    for (int i = 0; i < 8; ++i) b.add(tok(rng), i, tables[0].data(), i == 7);
+    const int32_t table = b.add_table(tables[0]);
+    for (int i = 0; i < 8; ++i) b.add(tok(rng), i, table, i == 7);
     model->forward(b, kv, logits.data());
   }
 
@@ -82,7 +83,8 @@ int cmd_bench_engine(const Args& args) {
     std::vector<double> times;
     for (int r = 0; r < reps; ++r) {
       engine::StepBatch b;
-      for (int i = 0; i < n; ++i) b.add(tok(rng), i, tables[0].data(), i + 1 == n);
+      const int32_t table = b.add_table(tables[0]);
+      for (int i = 0; i < n; ++i) b.add(tok(rng), i, table, i + 1 == n);
       auto t0 = Clock::now();
       model->forward(b, kv, logits.data());
       times.push_back(seconds_since(t0));
@@ -96,7 +98,8 @@ int cmd_bench_engine(const Args& args) {
   if (depth > 0)
     for (int s = 0; s < std::max(batch, 1); ++s) {
       engine::StepBatch b;
-      for (int i = 0; i < depth; ++i) b.add(tok(rng), i, tables[s].data(), i + 1 == depth);
+      const int32_t table = b.add_table(tables[s]);
+      for (int i = 0; i < depth; ++i) b.add(tok(rng), i, table, i + 1 == depth);
       model->forward(b, kv, logits.data());
     }
   auto decode_run = [&](int streams) {
@@ -105,7 +108,7 @@ int cmd_bench_engine(const Args& args) {
       auto t0 = Clock::now();
       for (int i = 0; i < n_gen; ++i) {
         engine::StepBatch b;
-        for (int s = 0; s < streams; ++s) b.add(tok(rng), depth + i, tables[s].data(), true);
+        for (int s = 0; s < streams; ++s) b.add(tok(rng), depth + i, b.add_table(tables[s]), true);
         model->forward(b, kv, logits.data());
       }
       rates.push_back(double(n_gen) * streams / seconds_since(t0));

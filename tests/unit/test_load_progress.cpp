@@ -12,7 +12,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/gguf_reader.hpp"
-#include "engine/model_registry.hpp"
+#include "engine/models/model_registry.hpp"
 #include "tests/unit/test_paths.hpp"
 
 using namespace inferd;

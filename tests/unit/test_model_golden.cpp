@@ -19,8 +19,8 @@
 #include <sstream>
 
 #include "engine/gguf_reader.hpp"
-#include "engine/kv_cache.hpp"
-#include "engine/model_registry.hpp"
+#include "engine/kv/kv_cache.hpp"
+#include "engine/models/model_registry.hpp"
 #include "tests/unit/test_paths.hpp"
 
 using namespace inferd;
@@ -73,20 +73,21 @@ struct Runner {
     vocab = mc.vocab;
     kv = std::make_unique<engine::KvCache>(engine::KvGeometry{
         mc.n_layers, mc.n_kv_heads, mc.head_dim, 16, 16,
-        p == engine::Precision::Exact ? kernels::DType::F32 : kernels::DType::F16});
+        p == engine::Precision::Exact ? kernels::DType::F32 : kernels::DType::F16}, *backend);
     for (int i = 0; i < 16; ++i) table.push_back(i);
   }
   // Prefill; returns logits rows for positions 0, 9 and the last prompt token.
   const float* prefill(const std::vector<int32_t>& ids) {
     engine::StepBatch b;
-    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int32_t(i), table.data(), i == 0 || i == 9 || i + 1 == ids.size());
+    const int32_t t = b.add_table(table);
+    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int32_t(i), t, i == 0 || i == 9 || i + 1 == ids.size());
     logits.resize(3 * size_t(vocab));
     model->forward(b, *kv, logits.data());
     return logits.data();
   }
   const float* decode(int32_t tok, int pos) {
     engine::StepBatch b;
-    b.add(tok, pos, table.data(), true);
+    b.add(tok, pos, b.add_table(table), true);
     model->forward(b, *kv, logits.data());
     return logits.data();
   }

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "engine/gguf_reader.hpp"
-#include "engine/incremental_detokenizer.hpp"
+#include "engine/output/incremental_detokenizer.hpp"
 #include "engine/tokenizer.hpp"
 #include "engine/utf8.hpp"
 #include "tests/unit/test_paths.hpp"

@@ -1,7 +1,7 @@
 // Warm-up plan derivation: for several configurations the plan reaches every
 // bucket of the shape space; a plan made for one configuration is caught when a
 // wider one is checked against it; and a real run on the default model touches
-// exactly the reachable key set the shape probe predicted.
+// exactly the reachable key set the shape tracer predicted.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -1,13 +1,14 @@
 // The Llama architecture (SmolLM2, Llama 2/3, Mistral): pre-norm decoder blocks
 // with grouped-query attention, RoPE, RMSNorm and a SwiGLU feed-forward.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "engine/aligned_buffer.hpp"
 #include "engine/gguf_reader.hpp"
-#include "engine/kv_cache.hpp"
-#include "engine/model_registry.hpp"
+#include "engine/kv/kv_cache.hpp"
+#include "engine/models/model_registry.hpp"
+#include "engine/models/step_inputs.hpp"
 #include "kernels/quantize.hpp"
 
 namespace inferd::engine {
@@ -36,17 +37,19 @@ class LlamaModel final : public Model {
     const int64_t T = static_cast<int64_t>(b.size());
     if (T == 0) return;
     const int D = cfg_.dim, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, hd = cfg_.head_dim;
-    float* x = x_.reserve(T * D);
-    float* h = h_.reserve(T * D);
-    float* q = q_.reserve(T * H * hd);
-    float* k = k_.reserve(T * Hkv * hd);
-    float* v = v_.reserve(T * Hkv * hd);
-    float* att = att_.reserve(T * H * hd);
-    float* gate = gate_.reserve(T * cfg_.ffn_dim);
-    float* up = up_.reserve(T * cfg_.ffn_dim);
+    const int64_t R = static_cast<int64_t>(b.logits_rows.size());
+    const StepInputs in = staging_.stage(be_, b);
+    float* x = x_.reserve(be_, T * D);
+    float* h = h_.reserve(be_, T * D);
+    float* q = q_.reserve(be_, std::max<int64_t>(T * H * hd, R * D));
+    float* k = k_.reserve(be_, T * Hkv * hd);
+    float* v = v_.reserve(be_, T * Hkv * hd);
+    float* att = att_.reserve(be_, T * H * hd);
+    float* gate = gate_.reserve(be_, T * cfg_.ffn_dim);
+    float* up = up_.reserve(be_, T * cfg_.ffn_dim);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-    be_.get_rows(tok_embd_, b.tokens.data(), T, x);
+    be_.get_rows(tok_embd_, in.tokens, T, x);
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const LlamaLayer& L = layers_[l];
       const auto kvl = kv.layer(l);
@@ -54,10 +57,10 @@ class LlamaModel final : public Model {
       be_.matmul(L.wq, h, T, q);
       be_.matmul(L.wk, h, T, k);
       be_.matmul(L.wv, h, T, v);
-      be_.rope(q, b.positions.data(), T, H, hd, cfg_.rope);
-      be_.rope(k, b.positions.data(), T, Hkv, hd, cfg_.rope);
-      be_.kv_store(kvl, b.attn.data(), T, k, v);
-      be_.attention(kvl, b.attn.data(), T, q, H, scale, att);
+      be_.rope(q, in.positions, T, H, hd, cfg_.rope);
+      be_.rope(k, in.positions, T, Hkv, hd, cfg_.rope);
+      be_.kv_store(kvl, in.attn, T, k, v);
+      be_.attention(kvl, in.attn, T, q, H, scale, att);
       be_.matmul(L.wo, att, T, h);
       be_.add(x, h, T * D);
 
@@ -70,16 +73,18 @@ class LlamaModel final : public Model {
     }
 
     // Only the rows whose logits are wanted go through the final norm and the head.
-    const int64_t R = static_cast<int64_t>(b.logits_rows.size());
     if (R == 0) return;
-    float* sel = h;
-    for (int64_t r = 0; r < R; ++r) {
-      const float* src = x + static_cast<int64_t>(b.logits_rows[r]) * D;
-      std::copy(src, src + D, sel + r * D);
+    const kernels::WeightView rows{kernels::DType::F32, x, T, D, D * sizeof(float)};
+    be_.get_rows(rows, in.logits_rows, R, h);
+    be_.rmsnorm(h, out_norm_, q, R, D, cfg_.norm_eps);
+    const size_t n_logits = static_cast<size_t>(R) * cfg_.vocab;
+    if (be_.host_visible()) {
+      be_.matmul(output_, q, R, logits);
+    } else {
+      float* dev = logits_.reserve(be_, n_logits);
+      be_.matmul(output_, q, R, dev);
+      be_.download(logits, dev, n_logits * sizeof(float));
     }
-    float* normed = q_.reserve(std::max<int64_t>(T * H * hd, R * D));
-    be_.rmsnorm(sel, out_norm_, normed, R, D, cfg_.norm_eps);
-    be_.matmul(output_, normed, R, logits);
   }
 
  private:
@@ -127,13 +132,23 @@ class LlamaModel final : public Model {
       v = WeightView{kernels::DType::F32, buf.get(), t.rows(), t.cols(), t.cols() * sizeof(float)};
     }
     w.take(t);
+    v.data = resident(v.data, static_cast<size_t>(v.rows) * v.row_stride);
     return v;
+  }
+
+  // Weights stay where they are on a host-visible backend (the file's mapping);
+  // otherwise they are copied into the backend's memory once, at load.
+  const void* resident(const void* host, size_t bytes) {
+    if (be_.host_visible()) return host;
+    auto& buf = resident_.emplace_back(be_.alloc(bytes));
+    be_.upload(buf.data(), host, bytes);
+    return buf.data();
   }
 
   const float* f32(const GgufFile& f, WeightLoader& w, const std::string& name, int64_t n) {
     const auto& t = f.tensor(name, {n});
     if (t.type != kernels::DType::F32) throw LoadError(f.path(), t.offset, name + ": expected F32");
-    return static_cast<const float*>(w.take(t).data);
+    return static_cast<const float*>(resident(w.take(t).data, static_cast<size_t>(n) * sizeof(float)));
   }
 
   void load_weights(const GgufFile& f, WeightLoader& w) {
@@ -168,11 +183,13 @@ class LlamaModel final : public Model {
   kernels::Backend& be_;
   Precision precision_;
   std::vector<std::unique_ptr<float[]>> owned_;  // dequantized weights (Exact)
+  std::vector<kernels::Buffer> resident_;       // weights in the backend's memory, when not host-visible
   ModelConfig cfg_;
   WeightView tok_embd_, output_;
   const float* out_norm_ = nullptr;
   std::vector<LlamaLayer> layers_;
-  AlignedBuffer x_, h_, q_, k_, v_, att_, gate_, up_;
+  StepStaging staging_;
+  ActivationBuffer x_, h_, q_, k_, v_, att_, gate_, up_, logits_;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "engine/stop_matcher.hpp"
+#include "engine/output/stop_matcher.hpp"
 
 #include <algorithm>
 #include <utility>

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model.hpp"
+#include "engine/models/model.hpp"
 
 namespace inferd::engine {
 

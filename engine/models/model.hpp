@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,13 +31,14 @@ struct ModelConfig {
   bool tied_embeddings = false;
 };
 
-// One forward step. Token i belongs to a sequence whose KV blocks are listed in
-// attn[i].block_table and sits at position attn[i].pos; its K/V are written into
-// the cache at that position before attention reads positions 0..pos.
+// One forward step, as host data. Token i sits at positions[i] in a sequence
+// whose block table starts at block_tables[table_of[i]]; its K/V are written
+// into the cache at that position before attention reads positions 0..pos.
 struct StepBatch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;
-  std::vector<kernels::AttnToken> attn;
+  std::vector<int32_t> table_of;
+  std::vector<int32_t> block_tables;  // every sequence's table, one after another
   // Indices into `tokens` whose logits are wanted (usually each sequence's last token).
   std::vector<int32_t> logits_rows;
 
@@ -44,14 +46,21 @@ struct StepBatch {
   void clear() {
     tokens.clear();
     positions.clear();
-    attn.clear();
+    table_of.clear();
+    block_tables.clear();
     logits_rows.clear();
   }
-  void add(int32_t token, int32_t pos, const int32_t* block_table, bool want_logits) {
+  // Appends a sequence's block table; returns what add() takes as `table`.
+  int32_t add_table(std::span<const int32_t> table) {
+    const auto at = static_cast<int32_t>(block_tables.size());
+    block_tables.insert(block_tables.end(), table.begin(), table.end());
+    return at;
+  }
+  void add(int32_t token, int32_t pos, int32_t table, bool want_logits) {
     if (want_logits) logits_rows.push_back(static_cast<int32_t>(tokens.size()));
     tokens.push_back(token);
     positions.push_back(pos);
-    attn.push_back({block_table, pos});
+    table_of.push_back(table);
   }
 };
 
@@ -65,7 +74,7 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // Runs the step; logits gets logits_rows.size() rows of config().vocab floats.
+  // Runs the step; logits (host memory) gets logits_rows.size() rows of config().vocab floats.
   virtual void forward(const StepBatch& batch, KvCache& kv, float* logits) = 0;
 };
 

@@ -1,40 +1,10 @@
-#include "engine/kv_cache.hpp"
+#include "engine/kv/block_allocator.hpp"
 
-#include <cstdlib>
-#include <cstring>
-#include <new>
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 namespace inferd::engine {
-
-size_t KvGeometry::bytes_per_block_layer() const {
-  return static_cast<size_t>(block_size) * n_kv_heads * head_dim * kernels::row_bytes(type, 1);
-}
-
-size_t KvGeometry::total_bytes() const {
-  return bytes_per_block_layer() * 2 * static_cast<size_t>(num_blocks) * n_layers;
-}
-
-KvCache::KvCache(const KvGeometry& g) : geo_(g) {
-  if (g.n_layers <= 0 || g.n_kv_heads <= 0 || g.head_dim <= 0 || g.block_size <= 0 || g.num_blocks <= 0)
-    throw std::invalid_argument("kv cache: every dimension must be positive");
-  storage_bytes_ = g.total_bytes();
-  // 64-byte alignment keeps every head's slot on whole cache lines for SIMD loads.
-  storage_bytes_ = (storage_bytes_ + 63) / 64 * 64;
-  storage_ = std::aligned_alloc(64, storage_bytes_);
-  if (!storage_) throw std::bad_alloc();
-  // Zeroed so a bug that reads an unwritten slot gives zeros, not garbage.
-  std::memset(storage_, 0, storage_bytes_);
-}
-
-KvCache::~KvCache() { std::free(storage_); }
-
-kernels::KvLayerView KvCache::layer(int l) const {
-  const size_t half = geo_.bytes_per_block_layer() * geo_.num_blocks;
-  auto* base = static_cast<char*>(storage_) + 2 * half * static_cast<size_t>(l);
-  return kernels::KvLayerView{geo_.type, base, base + half, geo_.block_size, geo_.n_kv_heads, geo_.head_dim};
-}
 
 BlockAllocator::BlockAllocator(int num_blocks)
     : refcount_(num_blocks, 0), hash_of_(num_blocks, 0), lru_prev_(num_blocks, -1), lru_next_(num_blocks, -1) {
@@ -92,11 +62,12 @@ std::optional<int32_t> BlockAllocator::lookup(uint64_t hash) {
   return it->second;
 }
 
-void BlockAllocator::register_hash(int32_t b, uint64_t hash) {
-  if (hash == 0 || by_hash_.count(hash)) return;  // an identical block is already cached
+bool BlockAllocator::register_hash(int32_t b, uint64_t hash) {
+  if (hash == 0 || by_hash_.count(hash)) return false;  // an identical block is already cached
   forget_hash(b);
   hash_of_[b] = hash;
   by_hash_[hash] = b;
+  return true;
 }
 
 void BlockAllocator::forget_hash(int32_t b) {

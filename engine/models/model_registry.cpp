@@ -1,4 +1,4 @@
-#include "engine/model_registry.hpp"
+#include "engine/models/model_registry.hpp"
 
 #include <map>
 

@@ -1,4 +1,4 @@
-// The shape probe: a Backend that computes nothing and only registers the shape
+// The shape tracer: a Backend that computes nothing and only registers the shape
 // key each op would launch with. Running a model's forward pass on it answers
 // "which keys does a step of this shape touch" in microseconds, which is how the
 // engine derives the reachable key set for warm-up without running the kernels.
@@ -10,6 +10,6 @@
 namespace inferd::kernels {
 
 // Keys go to `reg` (not the global registry, so probing never counts as use).
-std::unique_ptr<Backend> make_shape_probe(ShapeRegistry& reg);
+std::unique_ptr<Backend> make_shape_tracer(ShapeRegistry& reg);
 
 }  // namespace inferd::kernels

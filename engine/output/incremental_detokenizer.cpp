@@ -1,4 +1,4 @@
-#include "engine/incremental_detokenizer.hpp"
+#include "engine/output/incremental_detokenizer.hpp"
 
 #include "engine/utf8.hpp"
 

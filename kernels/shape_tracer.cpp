@@ -1,4 +1,4 @@
-#include "kernels/shape_probe.hpp"
+#include "kernels/shape_tracer.hpp"
 
 #include "kernels/host_memory.hpp"
 #include "kernels/launch_keys.hpp"
@@ -6,11 +6,11 @@
 namespace inferd::kernels {
 namespace {
 
-class ShapeProbe final : public Backend {
+class ShapeTracer final : public Backend {
  public:
-  explicit ShapeProbe(ShapeRegistry& reg) : reg_(reg) {}
+  explicit ShapeTracer(ShapeRegistry& reg) : reg_(reg) {}
 
-  std::string name() const override { return "shape-probe"; }
+  std::string name() const override { return "shape-tracer"; }
   int threads() const override { return 1; }
 
   // Host memory, so a dry run needs no device; ops never read or write it.
@@ -52,6 +52,6 @@ class ShapeProbe final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_shape_probe(ShapeRegistry& reg) { return std::make_unique<ShapeProbe>(reg); }
+std::unique_ptr<Backend> make_shape_tracer(ShapeRegistry& reg) { return std::make_unique<ShapeTracer>(reg); }
 
 }  // namespace inferd::kernels

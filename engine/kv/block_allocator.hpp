@@ -1,43 +1,12 @@
-// The paged KV cache: per layer, `num_blocks` blocks of `block_size` token slots.
-// Blocks are handed out by a refcounting allocator so sequences that share a
-// prefix can share its blocks (the prefix cache keys full blocks by hash).
+// The pool of KV blocks: refcounts, a free list in LRU order, and the prefix
+// cache's index from a block's content hash to the block that holds it.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/backend.hpp"
-
 namespace inferd::engine {
-
-struct KvGeometry {
-  int n_layers = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  int block_size = 16;
-  int num_blocks = 0;
-  kernels::DType type = kernels::DType::F16;
-
-  size_t bytes_per_block_layer() const;  // one of K or V
-  size_t total_bytes() const;
-};
-
-class KvCache {
- public:
-  explicit KvCache(const KvGeometry& g);
-  KvCache(const KvCache&) = delete;
-  KvCache& operator=(const KvCache&) = delete;
-  ~KvCache();
-
-  const KvGeometry& geometry() const { return geo_; }
-  kernels::KvLayerView layer(int l) const;
-
- private:
-  KvGeometry geo_;
-  void* storage_ = nullptr;  // [layer][k|v][block][slot][head][dim]
-  size_t storage_bytes_ = 0;
-};
 
 // Refcounted block allocator with an optional prefix cache: a full block whose
 // content hash (chained with its predecessors) is registered can be found again
@@ -57,7 +26,8 @@ class BlockAllocator {
 
   // Prefix cache.
   std::optional<int32_t> lookup(uint64_t hash);  // retains the block on a hit
-  void register_hash(int32_t block, uint64_t hash);
+  // False when the hash is 0 or another block already holds it.
+  bool register_hash(int32_t block, uint64_t hash);
   void clear_cache();
 
  private:

@@ -1,0 +1,29 @@
+// Runs a step plan's forward pass on one rank: turns the plan into the model's
+// batch (tokens, positions, block tables) and gets the logits of the sequences
+// the plan samples, one row each, in plan order. This is the part of a step
+// every rank of a tensor-parallel group does; sampling stays with the head.
+#pragma once
+#include <vector>
+
+#include "engine/kv/kv_cache.hpp"
+#include "engine/models/model.hpp"
+#include "engine/sched/step_plan.hpp"
+
+namespace inferd::engine {
+
+// The model's batch for a plan (host data, no backend involved).
+StepBatch make_step_batch(const StepPlan& plan);
+
+class Executor {
+ public:
+  Executor(Model& model, KvCache& kv) : model_(model), kv_(kv) {}
+  // logits: resized to plan.num_sampled() rows of the model's vocab.
+  void execute(const StepPlan& plan, std::vector<float>& logits);
+
+ private:
+  Model& model_;
+  KvCache& kv_;
+  StepBatch batch_;  // reused between steps: its vectors keep their capacity
+};
+
+}  // namespace inferd::engine

@@ -1,0 +1,52 @@
+// One engine step as a plain value: what the scheduler decided, and what came of
+// it. The plan is all a rank needs to run the step's forward pass (tokens,
+// positions, block tables), so the head of a tensor-parallel group can send it
+// to its workers as it is.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/kv/kv_cache_manager.hpp"
+
+namespace inferd::engine {
+
+// One sequence's share of a step: `tokens` are fed at positions start,
+// start + 1, ...; `block_table` covers every position up to the last of them.
+struct ScheduledSeq {
+  SeqId seq = 0;
+  int32_t start = 0;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> block_table;
+  bool sample = false;  // the step reaches the sequence's last token: its logits give the next one
+};
+
+struct StepPlan {
+  uint64_t step = 0;
+  std::vector<ScheduledSeq> seqs;    // decodes first, then prefill chunks, then newly admitted
+  std::vector<SeqId> preempted;      // lost their K/V this step; they wait to be recomputed
+  std::vector<SeqId> finished;       // ended since the previous plan; their blocks are free
+
+  int num_tokens() const;
+  int num_sampled() const;
+  // Every sequence feeds exactly one token it samples from: what a captured decode graph replays.
+  bool decode_only() const;
+  bool empty() const { return seqs.empty(); }
+};
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* to_string(FinishReason r);
+
+// A token sampled for a sequence the plan asked to sample.
+struct SampledToken {
+  SeqId seq = 0;
+  int32_t token = 0;
+};
+
+// What update() made of a sampled token: the sequence has it now, and may have ended.
+struct TokenOutcome {
+  SeqId seq = 0;
+  int32_t token = 0;
+  FinishReason finish = FinishReason::None;  // Stop (a stop token) or Length, or None
+};
+
+}  // namespace inferd::engine
