@@ -14,8 +14,9 @@ uint64_t block_hash(uint64_t prev, std::span<const int32_t> toks) {
   return h == 0 ? 1 : h;
 }
 
-KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching)
+KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching, BlockHasher hasher)
     : blocks_(num_blocks),
+      hash_(hasher),
       block_size_(block_size),
       prefix_caching_(enable_prefix_caching),
       block_tokens_(enable_prefix_caching ? static_cast<size_t>(num_blocks) * block_size : 0),
@@ -38,7 +39,7 @@ int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens) 
   SeqBlocks sb;
   for (int i = 0; i < full; ++i) {
     const auto toks = tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_);
-    const uint64_t h = block_hash(sb.last_hash, toks);
+    const uint64_t h = hash_(sb.last_hash, toks);
     auto b = blocks_.lookup(h);
     if (!b) break;
     if (!holds(*b, sb.last_hash, toks)) {  // a collision: another prefix's block
@@ -75,7 +76,7 @@ void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> token
     const auto toks = tokens.subspan(static_cast<size_t>(sb.n_hashed) * block_size_, block_size_);
     const int32_t b = sb.table[sb.n_hashed];
     const uint64_t parent = sb.last_hash;
-    sb.last_hash = block_hash(parent, toks);
+    sb.last_hash = hash_(parent, toks);
     if (blocks_.register_hash(b, sb.last_hash)) {
       std::copy(toks.begin(), toks.end(), block_tokens_.begin() + static_cast<ptrdiff_t>(b) * block_size_);
       block_parent_[b] = parent;

@@ -15,9 +15,15 @@ namespace inferd::engine {
 
 using SeqId = uint64_t;
 
+// Chains a block's tokens onto its predecessor's hash (splitmix-style mixing);
+// never 0, which means "no hash".
+uint64_t block_hash(uint64_t prev, std::span<const int32_t> toks);
+using BlockHasher = uint64_t (*)(uint64_t prev, std::span<const int32_t> toks);
+
 class KvCacheManager {
  public:
-  KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching);
+  // `hasher` is replaceable so tests can force collisions.
+  KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching, BlockHasher hasher = block_hash);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return blocks_.num_blocks(); }
@@ -52,15 +58,12 @@ class KvCacheManager {
   bool holds(int32_t block, uint64_t parent, std::span<const int32_t> toks) const;
 
   BlockAllocator blocks_;
+  BlockHasher hash_;
   int block_size_;
   bool prefix_caching_;
   std::unordered_map<SeqId, SeqBlocks> tables_;
   std::vector<int32_t> block_tokens_;   // [block][slot]: the tokens a registered block holds
   std::vector<uint64_t> block_parent_;  // the hash of the block before it
 };
-
-// Chains a block's tokens onto its predecessor's hash (splitmix-style mixing);
-// never 0, which means "no hash".
-uint64_t block_hash(uint64_t prev, std::span<const int32_t> toks);
 
 }  // namespace inferd::engine
