@@ -114,7 +114,7 @@ std::unique_ptr<Engine::Live> Engine::make_live(GenerationRequest req) {
     throw InvalidRequest("prompt", "the prompt has " + std::to_string(n) + " tokens; this model's maximum context length is " +
                                        std::to_string(max_model_len_) + " tokens");
   if (req.max_tokens < 1) throw InvalidRequest("max_tokens", "max_tokens must be at least 1");
-  if (n + req.max_tokens > max_model_len_)
+  if (static_cast<int64_t>(n) + req.max_tokens > max_model_len_)
     throw InvalidRequest("max_tokens", "the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                                            std::to_string(req.max_tokens) + ") exceeds the maximum context length of " +
                                            std::to_string(max_model_len_) + " tokens");

@@ -1,0 +1,221 @@
+// The engine on an injected backend. A "device-like" backend (memory not
+// host-visible, every op checking that each pointer it is given lies in memory it
+// allocated) must produce exactly the tokens of the plain CPU backend: weights,
+// the KV cache, activations, step inputs and block tables all go through the
+// backend's memory, as a GPU backend needs. Also what submit() refuses.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/host_memory.hpp"
+#include "test_paths.hpp"
+
+using namespace inferd;
+
+namespace {
+
+// The CPU backend's ops behind memory that only this backend hands out.
+class DeviceLikeBackend final : public kernels::Backend {
+ public:
+  DeviceLikeBackend() : cpu_(kernels::make_cpu_backend(1, kernels::CpuIsa::Auto)) {}
+
+  std::string name() const override { return "device-like"; }
+  int threads() const override { return cpu_->threads(); }
+  bool host_visible() const override { return false; }
+  kernels::Buffer alloc(size_t bytes, bool zeroed) override {
+    void* p = kernels::host_alloc(bytes, zeroed);
+    std::lock_guard lk(mu_);
+    ranges_[static_cast<const char*>(p)] = bytes;
+    allocated_ += bytes;
+    return kernels::Buffer(this, p, bytes);
+  }
+  void upload(void* dst, const void* src, size_t n) override {
+    check(dst, n, "upload");
+    std::memcpy(dst, src, n);
+    uploaded_ += n;
+  }
+  void download(void* dst, const void* src, size_t n) override {
+    check(src, n, "download");
+    std::memcpy(dst, src, n);
+  }
+
+  void get_rows(const kernels::WeightView& t, const int32_t* ids, int64_t n, float* out) override {
+    check(t.data, t.rows * t.row_stride, "get_rows table");
+    check(ids, n * 4, "get_rows ids");
+    check(out, n * t.cols * 4, "get_rows out");
+    cpu_->get_rows(t, ids, n, out);
+  }
+  void matmul(const kernels::WeightView& w, const float* x, int64_t n, float* y) override {
+    check(w.data, w.rows * w.row_stride, "matmul weight");
+    check(x, n * w.cols * 4, "matmul x");
+    check(y, n * w.rows * 4, "matmul y");
+    cpu_->matmul(w, x, n, y);
+  }
+  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) override {
+    check(x, rows * n * 4, "rmsnorm x");
+    check(w, n * 4, "rmsnorm weight");
+    check(y, rows * n * 4, "rmsnorm y");
+    cpu_->rmsnorm(x, w, y, rows, n, eps);
+  }
+  void rope(float* x, const int32_t* pos, int64_t n, int heads, int hd, const kernels::RopeParams& p) override {
+    check(x, n * heads * hd * 4, "rope x");
+    check(pos, n * 4, "rope positions");
+    cpu_->rope(x, pos, n, heads, hd, p);
+  }
+  void silu_mul(const float* g, const float* u, float* o, int64_t n) override {
+    check(g, n * 4, "silu gate");
+    check(u, n * 4, "silu up");
+    check(o, n * 4, "silu out");
+    cpu_->silu_mul(g, u, o, n);
+  }
+  void add(float* y, const float* x, int64_t n) override {
+    check(y, n * 4, "add y");
+    check(x, n * 4, "add x");
+    cpu_->add(y, x, n);
+  }
+  void kv_store(const kernels::KvLayerView& kv, const kernels::AttnToken* t, int64_t n, const float* k,
+                const float* v) override {
+    check_tokens(kv, t, n);
+    cpu_->kv_store(kv, t, n, k, v);
+  }
+  void attention(const kernels::KvLayerView& kv, const kernels::AttnToken* t, int64_t n, const float* q, int heads,
+                 float scale, float* out) override {
+    check_tokens(kv, t, n);
+    check(q, n * heads * kv.head_dim * 4, "attention q");
+    check(out, n * heads * kv.head_dim * 4, "attention out");
+    cpu_->attention(kv, t, n, q, heads, scale, out);
+  }
+
+  size_t allocated() const { return allocated_; }
+  size_t uploaded() const { return uploaded_; }
+
+ protected:
+  void free(void* p) override {
+    {
+      std::lock_guard lk(mu_);
+      ranges_.erase(static_cast<const char*>(p));
+    }
+    kernels::host_free(p);
+  }
+
+ private:
+  // Throws unless [p, p + bytes) lies inside one allocation.
+  void check(const void* p, int64_t bytes, const char* what) const {
+    const char* c = static_cast<const char*>(p);
+    std::lock_guard lk(mu_);
+    auto it = ranges_.upper_bound(c);
+    if (it == ranges_.begin() || c + bytes > std::prev(it)->first + std::prev(it)->second)
+      throw std::logic_error(std::string(what) + ": pointer outside the backend's memory");
+  }
+  void check_tokens(const kernels::KvLayerView& kv, const kernels::AttnToken* t, int64_t n) const {
+    check(kv.k, 1, "kv k");
+    check(kv.v, 1, "kv v");
+    check(t, n * static_cast<int64_t>(sizeof(kernels::AttnToken)), "attention tokens");
+    for (int64_t i = 0; i < n; ++i) check(t[i].block_table, (t[i].pos / kv.block_size + 1) * 4, "block table");
+  }
+
+  std::unique_ptr<kernels::Backend> cpu_;
+  mutable std::mutex mu_;
+  std::map<const char*, size_t> ranges_;
+  size_t allocated_ = 0, uploaded_ = 0;
+};
+
+engine::EngineOptions small_options() {
+  engine::EngineOptions o;
+  o.model_path = test_paths::default_model();
+  o.threads = 1;
+  o.max_model_len = 256;
+  o.max_num_batched_tokens = 64;  // the prompts below are prefilled in chunks
+  o.kv_cache_bytes = 16 << 20;
+  return o;
+}
+
+// Greedy generation of several requests at once; their token ids in order.
+std::vector<std::vector<int32_t>> generate(engine::Engine& eng, const std::vector<std::vector<int32_t>>& prompts) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  size_t done = 0;
+  std::vector<engine::GenerationRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    engine::GenerationRequest r;
+    r.id = "t" + std::to_string(i);
+    r.prompt = prompts[i];
+    r.sampling.temperature = 0;
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.sink = [&, i](engine::Delta&& d) {
+      std::lock_guard lk(mu);
+      for (const auto& t : d.tokens) out[i].push_back(t.id);
+      if (d.finish != engine::FinishReason::None) {
+        CHECK(d.error.empty());
+        ++done;
+        cv.notify_all();
+      }
+    };
+    reqs.push_back(std::move(r));
+  }
+  eng.submit_together(std::move(reqs));
+  std::unique_lock lk(mu);
+  REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == prompts.size(); }));
+  return out;
+}
+
+std::vector<std::vector<int32_t>> test_prompts() {
+  std::vector<std::vector<int32_t>> p;
+  std::vector<int32_t> longer;
+  for (int i = 0; i < 90; ++i) longer.push_back(100 + (i * 37) % 5000);
+  p.push_back(longer);
+  p.push_back({1, 504, 3303, 314, 260});
+  p.push_back(std::vector<int32_t>(longer.begin(), longer.begin() + 40));  // shares a prefix with the first
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("engine on a device-like backend: same tokens as the CPU backend, every pointer in backend memory") {
+  const auto prompts = test_prompts();
+  std::vector<std::vector<int32_t>> want;
+  {
+    engine::Engine cpu(small_options());
+    want = generate(cpu, prompts);
+  }
+  DeviceLikeBackend* dev = nullptr;
+  auto o = small_options();
+  o.backend = [&] {
+    auto b = std::make_unique<DeviceLikeBackend>();
+    dev = b.get();
+    return b;
+  };
+  engine::Engine eng(o);
+  REQUIRE(dev != nullptr);
+  // The weights were copied in and the KV cache lives there.
+  CHECK(dev->uploaded() > 90u << 20);
+  CHECK(dev->allocated() > (16u << 20) + (90u << 20));
+  const auto got = generate(eng, prompts);
+  CHECK(got == want);
+  for (const auto& g : got) CHECK(g.size() == 12);
+}
+
+TEST_CASE("engine: max_tokens near INT32_MAX is refused, not overflowed") {
+  engine::Engine eng(small_options());
+  engine::GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = std::numeric_limits<int32_t>::max();
+  r.sink = [](engine::Delta&&) {};
+  try {
+    eng.submit(std::move(r));
+    FAIL("accepted");
+  } catch (const engine::InvalidRequest& e) {
+    CHECK(e.field == "max_tokens");
+  }
+}
