@@ -55,6 +55,9 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   tokenizer_ = Tokenizer::from_gguf(*file_);
   chat_ = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*file_, *tokenizer_));
   const auto& mc = model_->config();
+  if (opts_.max_model_len > mc.max_context)
+    throw std::invalid_argument("max_model_len " + std::to_string(opts_.max_model_len) +
+                                " exceeds the model's trained context of " + std::to_string(mc.max_context) + " tokens");
   max_model_len_ = opts_.max_model_len > 0 ? opts_.max_model_len : mc.max_context;
 
   KvGeometry g;
@@ -64,11 +67,15 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   g.block_size = opts_.block_size;
   const size_t per_block = g.bytes_per_block_layer() * 2 * g.n_layers;
   const int min_blocks = (max_model_len_ + g.block_size - 1) / g.block_size + 1;
-  g.num_blocks = opts_.num_kv_blocks > 0 ? opts_.num_kv_blocks
-                                         : std::max<int>(min_blocks, static_cast<int>(opts_.kv_cache_bytes / per_block));
+  g.num_blocks = opts_.num_kv_blocks > 0 ? opts_.num_kv_blocks : static_cast<int>(opts_.kv_cache_bytes / per_block);
+  // The cache never grows past what was configured: too small is an error naming the numbers.
   if (g.num_blocks < min_blocks)
-    throw std::invalid_argument("kv cache of " + std::to_string(g.num_blocks) + " blocks cannot hold one sequence of " +
-                                std::to_string(max_model_len_) + " tokens");
+    throw std::invalid_argument(
+        "kv cache of " + std::to_string(g.num_blocks) + " blocks (" +
+        std::to_string(static_cast<size_t>(g.num_blocks) * per_block / 1048576) + " MiB, " +
+        std::to_string(g.num_blocks * g.block_size) + " tokens) cannot hold one sequence of max_model_len " +
+        std::to_string(max_model_len_) + " tokens: raise kv_cache_bytes to at least " +
+        std::to_string((static_cast<size_t>(min_blocks) * per_block + 1048575) / 1048576) + " MiB or lower max_model_len");
   stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g, *backend_);
   kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching);

@@ -219,3 +219,15 @@ TEST_CASE("engine: max_tokens near INT32_MAX is refused, not overflowed") {
     CHECK(e.field == "max_tokens");
   }
 }
+
+TEST_CASE("engine: max_model_len past the trained context, or a KV cache too small for it, is refused") {
+  auto o = small_options();
+  o.max_model_len = 8193;  // SmolLM2 is trained for 8192
+  CHECK_THROWS_WITH_AS(engine::Engine{o}, doctest::Contains("exceeds the model's trained context of 8192"),
+                       std::invalid_argument);
+  o = small_options();
+  o.max_model_len = 8192;
+  o.kv_cache_bytes = 16 << 20;  // 45 blocks of 16 tokens
+  CHECK_THROWS_WITH_AS(engine::Engine{o}, doctest::Contains("raise kv_cache_bytes to at least 181 MiB"),
+                       std::invalid_argument);
+}
