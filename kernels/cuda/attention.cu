@@ -1,0 +1,221 @@
+// Paged causal attention on the GPU. A block takes one token and one kv head:
+// its queries (that head's group of query heads) share every K and V row it
+// reads through the token's block table. Positions go by in chunks of kChunk,
+// one per thread for the scores, with an online softmax (running max and sum)
+// so a context of any length needs no score row in memory. Decode steps have
+// few (token, kv head) pairs: their positions are split over several blocks
+// (flash decoding) and the partial results combined by a second kernel.
+//
+// Against the CPU backend: queries are rounded to the cache's precision as it
+// does; the probabilities are not rounded to f16 (the CPU rounds them after a
+// whole-row softmax, which an online softmax never holds), and sums run in
+// another order, so results differ at the level of f16 rounding.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace inferd::kernels::cuda {
+namespace {
+
+constexpr int kChunk = 128;            // positions per pass; also the threads per block
+constexpr int kMinSplitPositions = 256;  // a split slice is never shorter
+
+template <class T>
+__device__ inline void load8(const T* p, float (&v)[8]) {
+  if constexpr (sizeof(T) == 2) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+  } else {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+}
+
+__device__ inline float to_float(__half h) { return __half2float(h); }
+__device__ inline float to_float(float f) { return f; }
+
+// Shared memory of one block, in floats: queries and accumulators [group][hd],
+// scores [group][kChunk], running max, sum and rescale factor per query, then
+// each chunk position's row offset (int64, 8-byte aligned).
+__host__ __device__ inline int64_t smem_floats(int group, int hd) {
+  return (int64_t(2) * group * hd + int64_t(group) * kChunk + 3 * group + 1) / 2 * 2;
+}
+
+template <class T>
+__global__ __launch_bounds__(kChunk) void attention_kernel(KvLayerView kv, const AttnToken* toks, const float* q,
+                                                           int n_heads, float scale, int splits, int32_t split_len,
+                                                           float* out, float* part_acc, float2* part_ml) {
+  extern __shared__ float smem[];
+  const int hd = kv.head_dim, n_kv = kv.n_kv_heads, group = n_heads / n_kv, bs = kv.block_size;
+  float* qs = smem;
+  float* acc = qs + group * hd;
+  float* sc = acc + group * hd;
+  float* m = sc + group * kChunk;
+  float* l = m + group;
+  float* alpha = l + group;
+  int64_t* rowoff = reinterpret_cast<int64_t*>(smem + smem_floats(group, hd));
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = kChunk / 32;
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int32_t pos = toks[t].pos;
+  const int32_t* bt = toks[t].block_table;
+  const int32_t p_begin = split * split_len;
+  const int32_t p_end = min(p_begin + split_len, pos + 1);
+  const float* qt = q + (t * n_heads + int64_t(kvh) * group) * hd;
+
+  for (int i = tid; i < group * hd; i += kChunk) {
+    float v = qt[i];
+    if constexpr (sizeof(T) == 2) v = __half2float(__float2half_rn(v));
+    qs[i] = v;
+    acc[i] = 0.0f;
+  }
+  for (int g = tid; g < group; g += kChunk) m[g] = -INFINITY, l[g] = 0.0f;
+  __syncthreads();
+
+  const int64_t slot_stride = int64_t(n_kv) * hd;
+  const T* kbase = static_cast<const T*>(kv.k);
+  const T* vbase = static_cast<const T*>(kv.v);
+  for (int32_t c0 = p_begin; c0 < p_end; c0 += kChunk) {
+    const int n = min(kChunk, p_end - c0);
+    if (tid < n) {
+      const int32_t p = c0 + tid;
+      const int64_t off = (int64_t(bt[p / bs]) * bs + p % bs) * slot_stride + int64_t(kvh) * hd;
+      rowoff[tid] = off;
+      const T* k = kbase + off;
+      for (int g = 0; g < group; ++g) {
+        const float* qg = qs + g * hd;
+        float dot = 0.0f;
+        for (int d = 0; d < hd; d += 8) {
+          float kv8[8];
+          load8(k + d, kv8);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) dot += qg[d + e] * kv8[e];
+        }
+        sc[g * kChunk + tid] = dot * scale;
+      }
+    }
+    __syncthreads();
+    for (int g = warp; g < group; g += n_warps) {
+      float* s = sc + g * kChunk;
+      float mx = -INFINITY;
+      for (int j = lane; j < n; j += 32) mx = fmaxf(mx, s[j]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m[g], mx);
+      float sum = 0.0f;
+      for (int j = lane; j < n; j += 32) {
+        const float e = expf(s[j] - m_new);
+        s[j] = e;
+        sum += e;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      __syncwarp();
+      if (lane == 0) {
+        const float a = expf(m[g] - m_new);  // 0 on the first chunk (m = -inf)
+        alpha[g] = a;
+        l[g] = l[g] * a + sum;
+        m[g] = m_new;
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < group * hd; i += kChunk) {
+      const int g = i / hd, d = i % hd;
+      const float* p = sc + g * kChunk;
+      float a = acc[i] * alpha[g];
+      for (int j = 0; j < n; ++j) a += p[j] * to_float(vbase[rowoff[j] + d]);
+      acc[i] = a;
+    }
+    __syncthreads();
+  }
+
+  for (int i = tid; i < group * hd; i += kChunk) {
+    const int g = i / hd, d = i % hd;
+    const int64_t th = t * n_heads + int64_t(kvh) * group + g;  // (token, head)
+    if (splits == 1) {
+      out[th * hd + d] = acc[i] / l[g];
+    } else {
+      part_acc[(th * splits + split) * hd + d] = acc[i];
+      if (d == 0) part_ml[th * splits + split] = make_float2(m[g], l[g]);
+    }
+  }
+}
+
+// One block per (token, head): the splits' partial sums rescaled to their common max.
+__global__ void attention_combine(const float* part_acc, const float2* part_ml, int splits, int hd, float* out) {
+  const int64_t th = blockIdx.x;
+  const float2* ml = part_ml + th * splits;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s)
+    if (ml[s].y > 0.0f) mx = fmaxf(mx, ml[s].x);
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s)
+    if (ml[s].y > 0.0f) total += ml[s].y * expf(ml[s].x - mx);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.0f;
+    for (int s = 0; s < splits; ++s)
+      if (ml[s].y > 0.0f) a += part_acc[(th * splits + s) * hd + d] * expf(ml[s].x - mx);
+    out[th * hd + d] = a / total;
+  }
+}
+
+template <class T>
+void launch(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads, float scale,
+            float* out, AttnSplit split, float* scratch, cudaStream_t stream) {
+  const int group = n_heads / kv.n_kv_heads;
+  const size_t smem = size_t(smem_floats(group, kv.head_dim)) * sizeof(float) + kChunk * sizeof(int64_t);
+  if (smem > 48 * 1024)
+    check(cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+          "attention: cudaFuncSetAttribute");
+  float* part_acc = scratch;
+  auto* part_ml = reinterpret_cast<float2*>(scratch + n_tokens * n_heads * split.splits * kv.head_dim);
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(kv.n_kv_heads),
+                  static_cast<unsigned>(split.splits));
+  attention_kernel<T><<<grid, kChunk, smem, stream>>>(kv, toks, q, n_heads, scale, split.splits, split.split_len, out,
+                                                      part_acc, part_ml);
+  check_launch("attention");
+  if (split.splits > 1) {
+    attention_combine<<<static_cast<unsigned>(n_tokens * n_heads), 128, 0, stream>>>(part_acc, part_ml, split.splits,
+                                                                                     kv.head_dim, out);
+    check_launch("attention: combine");
+  }
+}
+
+}  // namespace
+
+AttnSplit attention_split(int64_t n_tokens, int n_kv_heads, int64_t reach, int sm_count) {
+  const int64_t blocks = n_tokens * n_kv_heads, want_blocks = 2 * int64_t(sm_count);
+  AttnSplit s;
+  s.split_len = static_cast<int32_t>(reach);
+  if (blocks >= want_blocks || reach <= kMinSplitPositions) return s;
+  const int64_t splits = std::min((want_blocks + blocks - 1) / blocks, reach / kMinSplitPositions);
+  if (splits <= 1) return s;
+  const int64_t len = ((reach + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
+  s.split_len = static_cast<int32_t>(len);
+  s.splits = static_cast<int>((reach + len - 1) / len);
+  return s;
+}
+
+int64_t attention_scratch_floats(int64_t n_tokens, int n_heads, int head_dim, AttnSplit split) {
+  if (split.splits <= 1) return 0;
+  return n_tokens * n_heads * split.splits * (int64_t(head_dim) + 2);
+}
+
+void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads,
+               float scale, float* out, AttnSplit split, float* scratch, cudaStream_t stream) {
+  if (kv.type == DType::F16)
+    launch<__half>(kv, toks, n_tokens, q, n_heads, scale, out, split, scratch, stream);
+  else
+    launch<float>(kv, toks, n_tokens, q, n_heads, scale, out, split, scratch, stream);
+}
+
+}  // namespace inferd::kernels::cuda

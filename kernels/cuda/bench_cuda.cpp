@@ -1,0 +1,106 @@
+// Not a test: times the CUDA backend's matmul and prints one JSON object.
+// Decode (GEMV) rows report weight bytes read per second against the device's
+// copy bandwidth (the roofline a GEMV can reach, measured here as a large
+// device-to-device copy); prefill rows report GFLOP/s. Weights rotate over
+// several copies so that their bytes are far larger than the L2 cache.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/quantize.hpp"
+
+using namespace inferd::kernels;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Device-to-device copy bandwidth, counting bytes read and written.
+double copy_gbps() {
+  const size_t bytes = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  check(cudaMemset(a, 1, bytes), "cudaMemset");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  check(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  const int reps = 10;
+  cudaEventRecord(e0);
+  for (int i = 0; i < reps; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e1);
+  check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes * reps / (ms * 1e-3) / 1e9;
+}
+
+}  // namespace
+
+int main() {
+  Backend& be = *make_cuda_backend(0).release();
+  const double roofline = copy_gbps();
+  std::printf("{\"device\": \"%s\", \"copy_GBps\": %.0f, \"matmul\": [\n", be.name().c_str(), roofline);
+  const int64_t rows = 8192, cols = 8192;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> src(cols);
+  for (auto& v : src) v = dist(rng);
+  bool first = true;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
+    const size_t rb = row_bytes(t, cols), bytes = rb * rows;
+    std::vector<uint8_t> host(bytes);
+    for (int64_t r = 0; r < rows; ++r) quantize_row(t, src.data(), host.data() + r * rb, cols);
+    // Enough copies to hold at least 1 GiB, so the L2 (60 MB on an H200) never holds them.
+    const int copies = static_cast<int>(std::max<size_t>(2, (size_t(1) << 30) / bytes));
+    std::vector<Buffer> ws;
+    for (int i = 0; i < copies; ++i) {
+      ws.push_back(be.alloc(bytes));
+      be.upload(ws.back().data(), host.data(), bytes);
+    }
+    for (int64_t n : {1, 2, 4, 8, 512}) {
+      std::vector<float> x(n * cols);
+      for (auto& v : x) v = dist(rng);
+      Buffer dx = be.alloc(x.size() * sizeof(float)), dy = be.alloc(n * rows * sizeof(float));
+      be.upload(dx.data(), x.data(), x.size() * sizeof(float));
+      auto run = [&](int reps) {
+        for (int i = 0; i < reps; ++i) {
+          const WeightView w{t, ws[i % copies].data(), rows, cols, rb};
+          be.matmul(w, dx.as<float>(), n, dy.as<float>());
+        }
+        float probe;
+        be.download(&probe, dy.data(), sizeof(float));  // waits for the queue
+      };
+      run(copies);  // warm-up
+      const int reps = n >= 512 ? 20 : 200;
+      const auto t0 = std::chrono::steady_clock::now();
+      run(reps);
+      const double s = seconds_since(t0) / reps;
+      const double gbps = bytes / s / 1e9, gflops = 2.0 * rows * cols * n / s / 1e9;
+      std::printf("%s  {\"type\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"tokens\": %lld, \"us\": %.1f, "
+                  "\"weight_GBps\": %.0f, \"of_copy_bw\": %.2f, \"GFLOPs\": %.0f}",
+                  first ? "" : ",\n", std::string(traits(t).name).c_str(), (long long)rows, (long long)cols,
+                  (long long)n, s * 1e6, gbps, gbps / roofline, gflops);
+      first = false;
+    }
+  }
+  std::printf("\n]}\n");
+  return 0;
+}
