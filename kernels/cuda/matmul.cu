@@ -20,7 +20,7 @@ namespace inferd::kernels::cuda {
 namespace {
 
 constexpr int kGemvTokens = 8;
-constexpr int kGemvWarps = 4;  // rows per GEMV block
+constexpr int kGemvWarps = 4;  // warps per GEMV block
 
 // A weight block unpacked for dp4a: its 32 values as int8 packed four to an int
 // (element order), its scale d, and k, the factor of the activation block's
@@ -97,49 +97,83 @@ __global__ void quantize_act_kernel(DType weight, const float* x, int64_t total_
   dc[blk] = make_float2(d16, c);
 }
 
-__device__ inline int block_dot(const WBlock& w, const int8_t* a) {
-  const int4 a0 = reinterpret_cast<const int4*>(a)[0], a1 = reinterpret_cast<const int4*>(a)[1];
-  int s = __dp4a(w.q[0], a0.x, 0);
-  s = __dp4a(w.q[1], a0.y, s);
-  s = __dp4a(w.q[2], a0.z, s);
-  s = __dp4a(w.q[3], a0.w, s);
-  s = __dp4a(w.q[4], a1.x, s);
-  s = __dp4a(w.q[5], a1.y, s);
-  s = __dp4a(w.q[6], a1.z, s);
-  return __dp4a(w.q[7], a1.w, s);
+// Token t's activation block b: its 32 int8 values and {d, c}.
+struct ABlock {
+  int4 lo, hi;
+  float2 dc;
+};
+
+__device__ inline ABlock load_act(const int8_t* xq, const float2* xdc, int64_t nb, int t, int64_t b) {
+  const auto* a = reinterpret_cast<const int4*>(xq + (t * nb + b) * 32);
+  return ABlock{a[0], a[1], xdc[t * nb + b]};
 }
 
-// Row r = blockIdx.x * kGemvWarps + warp; lanes take the row's blocks in turn.
+__device__ inline int block_dot(const WBlock& w, const ABlock& a) {
+  int s = __dp4a(w.q[0], a.lo.x, 0);
+  s = __dp4a(w.q[1], a.lo.y, s);
+  s = __dp4a(w.q[2], a.lo.z, s);
+  s = __dp4a(w.q[3], a.lo.w, s);
+  s = __dp4a(w.q[4], a.hi.x, s);
+  s = __dp4a(w.q[5], a.hi.y, s);
+  s = __dp4a(w.q[6], a.hi.z, s);
+  return __dp4a(w.q[7], a.hi.w, s);
+}
+
+// A warp takes kGemvRows rows, so each activation block it loads serves all of
+// them, and each lane two of a row's blocks per step (b and b + 32), so enough
+// weight bytes are in flight to cover the memory latency.
+constexpr int kGemvRows = 2;
+
 template <class Block, int NT>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, size_t row_stride, int64_t rows,
                                                               int64_t nb, const int8_t* xq, const float2* xdc,
                                                               int n_tokens, float* y) {
   const int lane = threadIdx.x % 32;
-  const int64_t r = int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  if (r >= rows) return;
-  const uint8_t* row = w + r * row_stride;
-  float sum[NT], corr[NT];
+  const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvRows;
+  if (r0 >= rows) return;
+  const uint8_t* row[kGemvRows];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) sum[t] = corr[t] = 0.0f;
-  for (int64_t b = lane; b < nb; b += 32) {
-    const WBlock wb = load_block<Block>(row, b);
+  for (int i = 0; i < kGemvRows; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
+  float sum[kGemvRows][NT], corr[kGemvRows][NT];
+#pragma unroll
+  for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) sum[i][t] = corr[i][t] = 0.0f;
+  for (int64_t b0 = lane; b0 < nb; b0 += 64) {
+    const int64_t b1 = b0 + 32;
+    const bool two = b1 < nb;
+    WBlock w0[kGemvRows], w1[kGemvRows];
+#pragma unroll
+    for (int i = 0; i < kGemvRows; ++i) {
+      w0[i] = load_block<Block>(row[i], b0);
+      w1[i] = load_block<Block>(row[i], two ? b1 : b0);
+    }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < n_tokens) {
-        const int idot = block_dot(wb, xq + (t * nb + b) * 32);
-        const float2 dc = xdc[t * nb + b];
-        sum[t] += static_cast<float>(idot) * (wb.d * dc.x);
-        corr[t] += wb.k * dc.y;
+        const ABlock a0 = load_act(xq, xdc, nb, t, b0);
+        const ABlock a1 = load_act(xq, xdc, nb, t, two ? b1 : b0);
+#pragma unroll
+        for (int i = 0; i < kGemvRows; ++i) {
+          sum[i][t] += static_cast<float>(block_dot(w0[i], a0)) * (w0[i].d * a0.dc.x);
+          corr[i][t] += w0[i].k * a0.dc.y;
+          if (two) {
+            sum[i][t] += static_cast<float>(block_dot(w1[i], a1)) * (w1[i].d * a1.dc.x);
+            corr[i][t] += w1[i].k * a1.dc.y;
+          }
+        }
       }
     }
   }
 #pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    if (t < n_tokens) {
-      const float s = warp_sum(sum[t]) + warp_sum(corr[t]);
-      if (lane == 0) y[t * rows + r] = s;
+  for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < n_tokens) {
+        const float s = warp_sum(sum[i][t]) + warp_sum(corr[i][t]);
+        if (lane == 0 && r0 + i < rows) y[t * rows + r0 + i] = s;
+      }
     }
-  }
 }
 
 // Tiled GEMM over quantized weights: a block computes 64 rows x 64 tokens, each
@@ -251,47 +285,63 @@ __device__ inline void load_w8(const uint8_t* row, int64_t c, float (&v)[8]) {
   }
 }
 
-// One warp per row. `vec`: rows, x and cols allow 16-byte weight loads of 8 values.
+// A warp takes kGemvRows rows, as the quantized GEMV does. `vec`: rows, x and
+// cols allow 16-byte weight loads of 8 values.
 template <DType T, int NT>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_float(const uint8_t* w, size_t row_stride, int64_t rows,
                                                               int64_t cols, const float* x, int n_tokens, float* y,
                                                               bool vec) {
   const int lane = threadIdx.x % 32;
-  const int64_t r = int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  if (r >= rows) return;
-  const uint8_t* row = w + r * row_stride;
-  float sum[NT];
+  const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvRows;
+  if (r0 >= rows) return;
+  const uint8_t* row[kGemvRows];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) sum[t] = 0.0f;
+  for (int i = 0; i < kGemvRows; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;
+  float sum[kGemvRows][NT];
+#pragma unroll
+  for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) sum[i][t] = 0.0f;
   if (vec) {
     for (int64_t c = int64_t(lane) * 8; c < cols; c += 32 * 8) {
-      float wv[8];
-      load_w8<T>(row, c, wv);
+      float wv[kGemvRows][8];
+#pragma unroll
+      for (int i = 0; i < kGemvRows; ++i) load_w8<T>(row[i], c, wv[i]);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t < n_tokens) {
           const float4 a = *reinterpret_cast<const float4*>(x + t * cols + c);
           const float4 b = *reinterpret_cast<const float4*>(x + t * cols + c + 4);
-          sum[t] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y +
-                    wv[6] * b.z + wv[7] * b.w;
+#pragma unroll
+          for (int i = 0; i < kGemvRows; ++i)
+            sum[i][t] += wv[i][0] * a.x + wv[i][1] * a.y + wv[i][2] * a.z + wv[i][3] * a.w + wv[i][4] * b.x +
+                         wv[i][5] * b.y + wv[i][6] * b.z + wv[i][7] * b.w;
         }
       }
     }
   } else {
     for (int64_t c = lane; c < cols; c += 32) {
-      const float wv = load_w<T>(row, c);
+      float wv[kGemvRows];
+#pragma unroll
+      for (int i = 0; i < kGemvRows; ++i) wv[i] = load_w<T>(row[i], c);
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        if (t < n_tokens) sum[t] += wv * x[t * cols + c];
+        if (t < n_tokens) {
+          const float xv = x[t * cols + c];
+#pragma unroll
+          for (int i = 0; i < kGemvRows; ++i) sum[i][t] += wv[i] * xv;
+        }
     }
   }
 #pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    if (t < n_tokens) {
-      const float s = warp_sum(sum[t]);
-      if (lane == 0) y[t * rows + r] = s;
+  for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < n_tokens) {
+        const float s = warp_sum(sum[i][t]);
+        if (lane == 0 && r0 + i < rows) y[t * rows + r0 + i] = s;
+      }
     }
-  }
 }
 
 // Tiled float GEMM: 64 rows x 64 tokens per block, 16 columns per step.
@@ -337,7 +387,10 @@ __global__ __launch_bounds__(256) void gemm_float(const uint8_t* w, size_t row_s
     }
 }
 
-unsigned gemv_blocks(int64_t rows) { return static_cast<unsigned>((rows + kGemvWarps - 1) / kGemvWarps); }
+unsigned gemv_blocks(int64_t rows) {
+  constexpr int64_t rows_per_block = int64_t(kGemvWarps) * kGemvRows;
+  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+}
 dim3 gemm_grid(int64_t rows, int64_t n_tokens) {
   return dim3(static_cast<unsigned>((rows + kTile - 1) / kTile), static_cast<unsigned>((n_tokens + kTile - 1) / kTile));
 }
