@@ -1,8 +1,11 @@
-// Not a test: times the CUDA backend's matmul and prints one JSON object.
+// Not a test: times the CUDA backend's matmul and decode attention and prints
+// one JSON object.
 // Decode (GEMV) rows report weight bytes read per second against the device's
 // copy bandwidth (the roofline a GEMV can reach, measured here as a large
 // device-to-device copy); prefill rows report GFLOP/s. Weights rotate over
 // several copies so that their bytes are far larger than the L2 cache.
+// Attention rows report K and V bytes read per second; each call includes the
+// backend's read-back of the token array (see cuda_backend.cu).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,6 +53,59 @@ double copy_gbps() {
   cudaFree(a);
   cudaFree(b);
   return 2.0 * bytes * reps / (ms * 1e-3) / 1e9;
+}
+
+// Decode attention over an f16 paged cache: per step, each sequence's query
+// (32 heads, 8 kv heads of 128) reads its whole context of K and V.
+void bench_attention(Backend& be, double roofline) {
+  const int n_kv = 8, hd = 128, n_heads = 32, bs = 16;
+  std::printf(",\n\"attention\": [\n");
+  bool first = true;
+  for (int ctx : {1024, 4096, 16384}) {
+    for (int n_seqs : {1, 8}) {
+      const int blocks_per_seq = ctx / bs;
+      const size_t slot_bytes = size_t(n_kv) * hd * 2, bytes = size_t(n_seqs) * ctx * slot_bytes;
+      Buffer k = be.alloc(bytes), v = be.alloc(bytes);
+      // Random halves in [-1, 1) (not zeros), one pattern repeated over the cache.
+      std::vector<uint16_t> pattern(1 << 20);
+      std::mt19937 rng(5);
+      for (auto& h : pattern) h = static_cast<uint16_t>(0x3800 + rng() % 0x400) | (rng() % 2 ? 0x8000 : 0);
+      for (size_t off = 0; off < bytes; off += pattern.size() * 2) {
+        const size_t n = std::min(bytes - off, pattern.size() * 2);
+        be.upload(k.as<uint8_t>() + off, pattern.data(), n);
+        be.upload(v.as<uint8_t>() + off, pattern.data(), n);
+      }
+      std::vector<int32_t> tables(size_t(n_seqs) * blocks_per_seq);
+      for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+      Buffer dt = be.alloc(tables.size() * 4);
+      be.upload(dt.data(), tables.data(), tables.size() * 4);
+      std::vector<AttnToken> toks(n_seqs);
+      for (int s = 0; s < n_seqs; ++s) toks[s] = {dt.as<int32_t>() + s * blocks_per_seq, ctx - 1};
+      Buffer dtoks = be.alloc(toks.size() * sizeof(AttnToken));
+      be.upload(dtoks.data(), toks.data(), toks.size() * sizeof(AttnToken));
+      std::vector<float> q(size_t(n_seqs) * n_heads * hd);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (auto& x : q) x = dist(rng);
+      Buffer dq = be.alloc(q.size() * 4), out = be.alloc(q.size() * 4);
+      be.upload(dq.data(), q.data(), q.size() * 4);
+      const KvLayerView kv{DType::F16, k.data(), v.data(), bs, n_kv, hd};
+      auto run = [&](int reps) {
+        for (int i = 0; i < reps; ++i)
+          be.attention(kv, dtoks.as<AttnToken>(), n_seqs, dq.as<float>(), n_heads, 0.088f, out.as<float>());
+        float probe;
+        be.download(&probe, out.data(), sizeof(float));
+      };
+      run(3);
+      const int reps = 100;
+      const auto t0 = std::chrono::steady_clock::now();
+      run(reps);
+      const double s = seconds_since(t0) / reps, gbps = 2.0 * bytes / s / 1e9;
+      std::printf("%s  {\"context\": %d, \"sequences\": %d, \"us\": %.1f, \"kv_GBps\": %.0f, \"of_copy_bw\": %.2f}",
+                  first ? "" : ",\n", ctx, n_seqs, s * 1e6, gbps, gbps / roofline);
+      first = false;
+    }
+  }
+  std::printf("\n]");
 }
 
 }  // namespace
@@ -101,6 +157,8 @@ int main() {
       first = false;
     }
   }
-  std::printf("\n]}\n");
+  std::printf("\n]");
+  bench_attention(be, roofline);
+  std::printf("}\n");
   return 0;
 }
