@@ -21,7 +21,7 @@ namespace inferd::kernels::cuda {
 namespace {
 
 constexpr int kChunk = 128;            // positions per pass; also the threads per block
-constexpr int kMinSplitPositions = 256;  // a split slice is never shorter
+constexpr int kMinSplitPositions = kChunk;  // a split slice is never shorter
 
 template <class T>
 __device__ inline void load8(const T* p, float (&v)[8]) {
@@ -150,6 +150,154 @@ __global__ __launch_bounds__(kChunk) void attention_kernel(KvLayerView kv, const
   }
 }
 
+// The fast path, for head_dim 64, 128 or 256 and groups of up to G query heads:
+// L = HD / 8 threads share a position's row, each loading 8 values with one
+// 16-byte load, so a warp's loads are whole rows and R = kChunk / L positions
+// are read at once, kUnroll of them in flight per thread. Each thread keeps its
+// 8 dimensions of every query's accumulator in registers; the R partial sums
+// are added once, at the end.
+constexpr int kUnroll = 4;
+
+template <class T, int HD, int G>
+__global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const AttnToken* toks, const float* q,
+                                                         int n_heads, float scale, int splits, int32_t split_len,
+                                                         float* out, float* part_acc, float2* part_ml) {
+  constexpr int L = HD / 8, R = kChunk / L;
+  __shared__ float sc[G][kChunk];
+  __shared__ int64_t rowoff[kChunk];
+  __shared__ float m_s[G], l_s[G], alpha_s[G];
+  __shared__ float red[R][G * HD];
+
+  const int tid = threadIdx.x, sub = tid % L, r = tid / L, lane = tid % 32, warp = tid / 32;
+  const int n_kv = kv.n_kv_heads, group = n_heads / n_kv, bs = kv.block_size;
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int32_t pos = toks[t].pos;
+  const int32_t* bt = toks[t].block_table;
+  const int32_t p_begin = split * split_len;
+  const int32_t p_end = min(p_begin + split_len, pos + 1);
+
+  float qv[G][8], acc[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float v = 0.0f;
+      if (g < group) {
+        v = q[(t * n_heads + int64_t(kvh) * group + g) * HD + sub * 8 + e];
+        if constexpr (sizeof(T) == 2) v = __half2float(__float2half_rn(v));
+      }
+      qv[g][e] = v;
+      acc[g][e] = 0.0f;
+    }
+  if (tid < G) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
+
+  const int64_t slot_stride = int64_t(n_kv) * HD;
+  const T* kbase = static_cast<const T*>(kv.k) + sub * 8;
+  const T* vbase = static_cast<const T*>(kv.v) + sub * 8;
+  for (int32_t c0 = p_begin; c0 < p_end; c0 += kChunk) {
+    const int n = min(kChunk, p_end - c0);
+    if (tid < n) {
+      const int32_t p = c0 + tid;
+      rowoff[tid] = (int64_t(bt[p / bs]) * bs + p % bs) * slot_stride + int64_t(kvh) * HD;
+    }
+    __syncthreads();
+    // Scores: every lane of a warp runs the same iterations (the shuffles need them).
+    for (int i0 = 0; i0 < n; i0 += R * kUnroll) {
+      float kf[kUnroll][8];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + u * R + r;
+        if (i < n) {
+          load8(kbase + rowoff[i], kf[u]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) kf[u][e] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float d[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          d[g] = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) d[g] += qv[g][e] * kf[u][e];
+        }
+#pragma unroll
+        for (int o = L / 2; o > 0; o >>= 1)
+#pragma unroll
+          for (int g = 0; g < G; ++g) d[g] += __shfl_xor_sync(0xffffffffu, d[g], o);
+        const int i = i0 + u * R + r;
+        if (sub == 0 && i < n)
+#pragma unroll
+          for (int g = 0; g < G; ++g) sc[g][i] = d[g] * scale;
+      }
+    }
+    __syncthreads();
+    for (int g = warp; g < group; g += kChunk / 32) {
+      float mx = -INFINITY;
+      for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sc[g][j]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m_s[g], mx);
+      float sum = 0.0f;
+      for (int j = lane; j < n; j += 32) {
+        const float e = expf(sc[g][j] - m_new);
+        sc[g][j] = e;
+        sum += e;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      __syncwarp();
+      if (lane == 0) {
+        const float a = expf(m_s[g] - m_new);
+        alpha_s[g] = a;
+        l_s[g] = l_s[g] * a + sum;
+        m_s[g] = m_new;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float a = g < group ? alpha_s[g] : 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] *= a;
+    }
+#pragma unroll kUnroll
+    for (int i = r; i < n; i += R) {
+      float vf[8];
+      load8(vbase + rowoff[i], vf);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float p = g < group ? sc[g][i] : 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] += p * vf[e];
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) red[r][g * HD + sub * 8 + e] = acc[g][e];
+  __syncthreads();
+  for (int i = tid; i < group * HD; i += kChunk) {
+    float a = 0.0f;
+#pragma unroll
+    for (int k = 0; k < R; ++k) a += red[k][i];
+    const int g = i / HD, d = i % HD;
+    const int64_t th = t * n_heads + int64_t(kvh) * group + g;  // (token, head)
+    if (splits == 1) {
+      out[th * HD + d] = a / l_s[g];
+    } else {
+      part_acc[(th * splits + split) * HD + d] = a;
+      if (d == 0) part_ml[th * splits + split] = make_float2(m_s[g], l_s[g]);
+    }
+  }
+}
+
 // One block per (token, head): the splits' partial sums rescaled to their common max.
 __global__ void attention_combine(const float* part_acc, const float2* part_ml, int splits, int hd, float* out) {
   const int64_t th = blockIdx.x;
@@ -168,20 +316,48 @@ __global__ void attention_combine(const float* part_acc, const float2* part_ml, 
   }
 }
 
+// The fast kernel for this head size and group, if there is one.
+template <class T, int HD>
+bool launch_fast_hd(const KvLayerView& kv, const AttnToken* toks, const float* q, int n_heads, float scale, float* out,
+                    AttnSplit split, float* part_acc, float2* part_ml, dim3 grid, cudaStream_t stream) {
+  const int group = n_heads / kv.n_kv_heads;
+  auto* kernel = group <= 1   ? attention_fast<T, HD, 1>
+                 : group <= 2 ? attention_fast<T, HD, 2>
+                 : group <= 4 ? attention_fast<T, HD, 4>
+                 : group <= 8 ? attention_fast<T, HD, 8>
+                              : nullptr;
+  if (!kernel) return false;
+  kernel<<<grid, kChunk, 0, stream>>>(kv, toks, q, n_heads, scale, split.splits, split.split_len, out, part_acc,
+                                      part_ml);
+  return true;
+}
+
+template <class T>
+bool launch_fast(const KvLayerView& kv, const AttnToken* toks, const float* q, int n_heads, float scale, float* out,
+                 AttnSplit split, float* part_acc, float2* part_ml, dim3 grid, cudaStream_t stream) {
+  switch (kv.head_dim) {
+    case 64: return launch_fast_hd<T, 64>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream);
+    case 128: return launch_fast_hd<T, 128>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream);
+    case 256: return launch_fast_hd<T, 256>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream);
+    default: return false;
+  }
+}
+
 template <class T>
 void launch(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads, float scale,
             float* out, AttnSplit split, float* scratch, cudaStream_t stream) {
   const int group = n_heads / kv.n_kv_heads;
   const size_t smem = size_t(smem_floats(group, kv.head_dim)) * sizeof(float) + kChunk * sizeof(int64_t);
-  if (smem > 48 * 1024)
-    check(cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-          "attention: cudaFuncSetAttribute");
   float* part_acc = scratch;
   auto* part_ml = reinterpret_cast<float2*>(scratch + n_tokens * n_heads * split.splits * kv.head_dim);
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(split.splits));
-  attention_kernel<T><<<grid, kChunk, smem, stream>>>(kv, toks, q, n_heads, scale, split.splits, split.split_len, out,
-                                                      part_acc, part_ml);
+  if (smem > 48 * 1024)
+    check(cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+          "attention: cudaFuncSetAttribute");
+  if (!launch_fast<T>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream))
+    attention_kernel<T><<<grid, kChunk, smem, stream>>>(kv, toks, q, n_heads, scale, split.splits, split.split_len,
+                                                        out, part_acc, part_ml);
   check_launch("attention");
   if (split.splits > 1) {
     attention_combine<<<static_cast<unsigned>(n_tokens * n_heads), 128, 0, stream>>>(part_acc, part_ml, split.splits,
@@ -193,7 +369,8 @@ void launch(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, cons
 }  // namespace
 
 AttnSplit attention_split(int64_t n_tokens, int n_kv_heads, int64_t reach, int sm_count) {
-  const int64_t blocks = n_tokens * n_kv_heads, want_blocks = 2 * int64_t(sm_count);
+  // Enough blocks for several per multiprocessor: each keeps only a few rows in flight.
+  const int64_t blocks = n_tokens * n_kv_heads, want_blocks = 4 * int64_t(sm_count);
   AttnSplit s;
   s.split_len = static_cast<int32_t>(reach);
   if (blocks >= want_blocks || reach <= kMinSplitPositions) return s;

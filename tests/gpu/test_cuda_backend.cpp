@@ -175,7 +175,7 @@ TEST_CASE("matmul matches the CPU for every weight type, decode and prefill toke
     int64_t rows, cols;
   };
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    for (Shape s : {Shape{300, 512}, Shape{1000, 2048}, Shape{64, 96}}) {
+    for (Shape s : {Shape{300, 512}, Shape{1000, 2048}, Shape{64, 96}, Shape{40, 11008}}) {
       TestWeight w = make_weight(t, s.rows, s.cols, 21);
       for (int64_t n : {1, 2, 3, 8, 9, 64, 100}) {
         const auto x = random_floats(n * s.cols, 31 + uint32_t(n));
@@ -311,9 +311,22 @@ TEST_CASE("kv_store and paged attention match the CPU: decode, prefill and mixed
     const char* name;
     std::vector<std::pair<int, int32_t>> toks;
   };
+  struct Heads {
+    int hd, n_kv, group;
+  };
+  std::vector<Heads> configs;
+  for (int hd : {64, 128})
+    for (auto [n_kv, group] : {std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 8}, std::pair{8, 1}})
+      configs.push_back({hd, n_kv, group});
+  // A group that fills its kernel's slots partly, one larger than the fast
+  // kernel's 8, and a head size it does not take.
+  configs.push_back({128, 2, 3});
+  configs.push_back({64, 1, 16});
+  configs.push_back({96, 2, 2});
   for (DType type : {DType::F16, DType::F32}) {
-    for (int hd : {64, 128}) {
-      for (auto [n_kv, group] : {std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 8}, std::pair{8, 1}}) {
+    for (const Heads& heads : configs) {
+      {
+        const int hd = heads.hd, n_kv = heads.n_kv, group = heads.group;
         const int n_heads = n_kv * group, n_seqs = 3, max_pos = 2100;
         PagedCache c(type, n_seqs, max_pos, n_kv, hd);
         // History: sequence 0 has 2000 positions, 1 has 40, 2 has 1000.
