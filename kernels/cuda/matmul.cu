@@ -119,18 +119,29 @@ __device__ inline int block_dot(const WBlock& w, const ABlock& a) {
   return __dp4a(w.q[7], a.hi.w, s);
 }
 
-// A warp takes kGemvRows rows, so each activation block it loads serves all of
-// them, and each lane two of a row's blocks per step (b and b + 32), so enough
-// weight bytes are in flight to cover the memory latency.
+// A block takes kGemvRows rows, so each activation block loaded serves all of
+// them, and its warps split the rows' blocks in stages of kStageBlocks: a warp
+// has one stage of each row in flight, and a row of up to kGemvWarps stages
+// (8192 columns) takes one memory round trip. Weight blocks (18, 20 or 34
+// bytes, only 2- or 4-byte aligned) are not read block by block: the warp
+// copies its stage of each row into shared memory with whole-warp 16-byte
+// loads from the 16-byte boundary at or before it (every such word holding a
+// byte of the row lies inside the row's allocation, which the backend rounds
+// to 256 bytes), and each lane then reads its blocks from there.
 constexpr int kGemvRows = 2;
+constexpr int kStageBlocks = 64;
 
 template <class Block, int NT>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, size_t row_stride, int64_t rows,
                                                               int64_t nb, const int8_t* xq, const float2* xdc,
                                                               int n_tokens, float* y) {
-  const int lane = threadIdx.x % 32;
-  const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvRows;
-  if (r0 >= rows) return;
+  constexpr int kSize = sizeof(Block);
+  constexpr int kWords = (kStageBlocks * kSize + 15 + 15) / 16;
+  constexpr int kLoads = (kWords + 31) / 32;
+  __shared__ uint4 stage[kGemvWarps][kGemvRows][kWords];
+  __shared__ float partial[kGemvWarps][kGemvRows][NT];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t r0 = int64_t(blockIdx.x) * kGemvRows;
   const uint8_t* row[kGemvRows];
 #pragma unroll
   for (int i = 0; i < kGemvRows; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
@@ -139,41 +150,62 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, 
   for (int i = 0; i < kGemvRows; ++i)
 #pragma unroll
     for (int t = 0; t < NT; ++t) sum[i][t] = corr[i][t] = 0.0f;
-  for (int64_t b0 = lane; b0 < nb; b0 += 64) {
-    const int64_t b1 = b0 + 32;
-    const bool two = b1 < nb;
-    WBlock w0[kGemvRows], w1[kGemvRows];
+  for (int64_t b_start = int64_t(warp) * kStageBlocks; b_start < nb; b_start += kGemvWarps * kStageBlocks) {
+    const int n_blocks = static_cast<int>(min(int64_t(kStageBlocks), nb - b_start));
+    int head[kGemvRows], words[kGemvRows];
+    uint4 v[kGemvRows][kLoads];
 #pragma unroll
     for (int i = 0; i < kGemvRows; ++i) {
-      w0[i] = load_block<Block>(row[i], b0);
-      w1[i] = load_block<Block>(row[i], two ? b1 : b0);
+      const uintptr_t first = reinterpret_cast<uintptr_t>(row[i] + b_start * kSize);
+      const auto* aligned = reinterpret_cast<const uint4*>(first & ~uintptr_t(15));
+      head[i] = static_cast<int>(first & 15);
+      words[i] = (head[i] + n_blocks * kSize + 15) / 16;
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k)
+        if (lane + 32 * k < words[i]) v[i][k] = aligned[lane + 32 * k];
     }
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      if (t < n_tokens) {
-        const ABlock a0 = load_act(xq, xdc, nb, t, b0);
-        const ABlock a1 = load_act(xq, xdc, nb, t, two ? b1 : b0);
+    for (int i = 0; i < kGemvRows; ++i)
 #pragma unroll
-        for (int i = 0; i < kGemvRows; ++i) {
-          sum[i][t] += static_cast<float>(block_dot(w0[i], a0)) * (w0[i].d * a0.dc.x);
-          corr[i][t] += w0[i].k * a0.dc.y;
-          if (two) {
-            sum[i][t] += static_cast<float>(block_dot(w1[i], a1)) * (w1[i].d * a1.dc.x);
-            corr[i][t] += w1[i].k * a1.dc.y;
+      for (int k = 0; k < kLoads; ++k)
+        if (lane + 32 * k < words[i]) stage[warp][i][lane + 32 * k] = v[i][k];
+    __syncwarp();
+    for (int j = lane; j < n_blocks; j += 32) {
+      WBlock wb[kGemvRows];
+#pragma unroll
+      for (int i = 0; i < kGemvRows; ++i)
+        wb[i] = load_block<Block>(reinterpret_cast<const uint8_t*>(stage[warp][i]) + head[i], j);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t < n_tokens) {
+          const ABlock a = load_act(xq, xdc, nb, t, b_start + j);
+#pragma unroll
+          for (int i = 0; i < kGemvRows; ++i) {
+            sum[i][t] += static_cast<float>(block_dot(wb[i], a)) * (wb[i].d * a.dc.x);
+            corr[i][t] += wb[i].k * a.dc.y;
           }
         }
       }
     }
+    __syncwarp();
   }
 #pragma unroll
   for (int i = 0; i < kGemvRows; ++i)
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      if (t < n_tokens) {
-        const float s = warp_sum(sum[i][t]) + warp_sum(corr[i][t]);
-        if (lane == 0 && r0 + i < rows) y[t * rows + r0 + i] = s;
-      }
+      const float s = warp_sum(sum[i][t]) + warp_sum(corr[i][t]);
+      if (lane == 0) partial[warp][i][t] = s;
     }
+  __syncthreads();
+  if (threadIdx.x < kGemvRows * NT) {
+    const int i = threadIdx.x / NT, t = threadIdx.x % NT;
+    if (t < n_tokens && r0 + i < rows) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kGemvWarps; ++k) s += partial[k][i][t];
+      y[t * rows + r0 + i] = s;
+    }
+  }
 }
 
 // Tiled GEMM over quantized weights: a block computes 64 rows x 64 tokens, each
@@ -397,13 +429,14 @@ dim3 gemm_grid(int64_t rows, int64_t n_tokens) {
 
 template <class Block>
 void matmul_quant_typed(const WeightView& w, QuantAct x, int64_t n_tokens, float* y, cudaStream_t stream) {
+  const unsigned gemv_grid = static_cast<unsigned>((w.rows + kGemvRows - 1) / kGemvRows);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int64_t nb = w.cols / kQuantBlock;
   const int n = static_cast<int>(n_tokens);
   if (n_tokens <= kGemvTokens) {
     auto* kernel = n <= 1 ? gemv_quant<Block, 1> : n <= 2 ? gemv_quant<Block, 2> : n <= 4 ? gemv_quant<Block, 4>
                                                                                             : gemv_quant<Block, 8>;
-    kernel<<<gemv_blocks(w.rows), 32 * kGemvWarps, 0, stream>>>(data, w.row_stride, w.rows, nb, x.q, x.dc, n, y);
+    kernel<<<gemv_grid, 32 * kGemvWarps, 0, stream>>>(data, w.row_stride, w.rows, nb, x.q, x.dc, n, y);
   } else {
     gemm_quant<Block><<<gemm_grid(w.rows, n_tokens), 256, 0, stream>>>(data, w.row_stride, w.rows, nb, x.q, x.dc,
                                                                        n_tokens, y);
