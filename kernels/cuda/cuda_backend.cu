@@ -49,6 +49,28 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
+// Page-locked host memory that only grows: small device-to-host reads into it
+// skip the driver's staging copy.
+template <class T>
+class PinnedArray {
+ public:
+  ~PinnedArray() { cudaFreeHost(data_); }
+  T* get(size_t n, const char* what) {
+    if (n > size_) {
+      check(cudaFreeHost(data_), what);
+      data_ = nullptr;
+      size_ = 0;
+      check(cudaHostAlloc(reinterpret_cast<void**>(&data_), n * sizeof(T), cudaHostAllocDefault), what);
+      size_ = n;
+    }
+    return data_;
+  }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -172,11 +194,11 @@ class CudaBackend final : public Backend {
     select();
     // The context key and the split need the step's furthest position, which
     // lives in device memory: read the token array back (a wait for the stream).
-    host_toks_.resize(n_tokens);
-    check(cudaMemcpyAsync(host_toks_.data(), toks, n_tokens * sizeof(AttnToken), cudaMemcpyDeviceToHost, stream_),
+    AttnToken* host_toks = host_toks_.get(n_tokens, "attention: cudaHostAlloc");
+    check(cudaMemcpyAsync(host_toks, toks, n_tokens * sizeof(AttnToken), cudaMemcpyDeviceToHost, stream_),
           "attention: cudaMemcpyAsync");
     sync("attention");
-    const int64_t reach_pos = launch_keys::attention_reach(host_toks_.data(), n_tokens);
+    const int64_t reach_pos = launch_keys::attention_reach(host_toks, n_tokens);
     LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
     LaunchScope reach(launch_keys::attention_context(kv, reach_pos));
     if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
@@ -214,7 +236,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   int* bad_id_ = nullptr;
   Scratch act_, attn_;
-  std::vector<AttnToken> host_toks_;
+  PinnedArray<AttnToken> host_toks_;
 };
 
 }  // namespace
