@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,12 @@
 using namespace inferd::kernels;
 
 namespace {
+
+// INFERD_BENCH_REPS: calls timed per row (a profiler run wants few).
+const int reps_override = [] {
+  const char* e = std::getenv("INFERD_BENCH_REPS");
+  return e ? std::atoi(e) : 0;
+}();
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -95,8 +102,8 @@ void bench_attention(Backend& be, double roofline) {
         float probe;
         be.download(&probe, out.data(), sizeof(float));
       };
-      run(3);
-      const int reps = 100;
+      run(2);
+      const int reps = reps_override > 0 ? reps_override : 100;
       const auto t0 = std::chrono::steady_clock::now();
       run(reps);
       const double s = seconds_since(t0) / reps, gbps = 2.0 * bytes / s / 1e9;
@@ -144,8 +151,8 @@ int main() {
         float probe;
         be.download(&probe, dy.data(), sizeof(float));  // waits for the queue
       };
-      run(copies);  // warm-up
-      const int reps = n >= 512 ? 20 : 200;
+      run(2);  // warm-up
+      const int reps = reps_override > 0 ? reps_override : n >= 512 ? 20 : 200;
       const auto t0 = std::chrono::steady_clock::now();
       run(reps);
       const double s = seconds_since(t0) / reps;
