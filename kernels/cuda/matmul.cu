@@ -129,7 +129,7 @@ __device__ inline int block_dot(const WBlock& w, const ABlock& a) {
 // byte of the row lies inside the row's allocation, which the backend rounds
 // to 256 bytes), and each lane then reads its blocks from there.
 constexpr int kGemvRows = 2;
-constexpr int kStageBlocks = 64;
+constexpr int kStageBlocks = 64;  // two per lane
 
 template <class Block, int NT>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, size_t row_stride, int64_t rows,
@@ -150,8 +150,19 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, 
   for (int i = 0; i < kGemvRows; ++i)
 #pragma unroll
     for (int t = 0; t < NT; ++t) sum[i][t] = corr[i][t] = 0.0f;
+  // Decode (NT <= 2): the lane's activation blocks are loaded with the weights,
+  // not after them, so the two memory round trips overlap.
+  constexpr bool kPrefetch = NT <= 2;
   for (int64_t b_start = int64_t(warp) * kStageBlocks; b_start < nb; b_start += kGemvWarps * kStageBlocks) {
     const int n_blocks = static_cast<int>(min(int64_t(kStageBlocks), nb - b_start));
+    ABlock pre[2][kPrefetch ? NT : 1];
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (lane + 32 * h < n_blocks && t < n_tokens) pre[h][t] = load_act(xq, xdc, nb, t, b_start + lane + 32 * h);
+    }
     int head[kGemvRows], words[kGemvRows];
     uint4 v[kGemvRows][kLoads];
 #pragma unroll
@@ -170,7 +181,10 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, 
       for (int k = 0; k < kLoads; ++k)
         if (lane + 32 * k < words[i]) stage[warp][i][lane + 32 * k] = v[i][k];
     __syncwarp();
-    for (int j = lane; j < n_blocks; j += 32) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // kStageBlocks = 64: two blocks per lane
+      const int j = lane + 32 * h;
+      if (j >= n_blocks) break;
       WBlock wb[kGemvRows];
 #pragma unroll
       for (int i = 0; i < kGemvRows; ++i)
@@ -178,7 +192,11 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, 
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t < n_tokens) {
-          const ABlock a = load_act(xq, xdc, nb, t, b_start + j);
+          ABlock a;
+          if constexpr (kPrefetch)
+            a = pre[h][t];
+          else
+            a = load_act(xq, xdc, nb, t, b_start + j);
 #pragma unroll
           for (int i = 0; i < kGemvRows; ++i) {
             sum[i][t] += static_cast<float>(block_dot(wb[i], a)) * (wb[i].d * a.dc.x);
