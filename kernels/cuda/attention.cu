@@ -298,20 +298,43 @@ __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const A
   }
 }
 
-// One block per (token, head): the splits' partial sums rescaled to their common max.
+// One block per (token, head): the splits' partial sums rescaled to their
+// common max. Each split's weight is computed once, into shared memory, so the
+// sum over splits is independent loads, not a chain of exps.
+constexpr int kMaxSplits = 1024;
+
 __global__ void attention_combine(const float* part_acc, const float2* part_ml, int splits, int hd, float* out) {
+  __shared__ float weight[kMaxSplits];
+  __shared__ float reduce[32];
   const int64_t th = blockIdx.x;
   const float2* ml = part_ml + th * splits;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = blockDim.x / 32;
   float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s)
+  for (int s = tid; s < splits; s += blockDim.x)
     if (ml[s].y > 0.0f) mx = fmaxf(mx, ml[s].x);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0) reduce[warp] = mx;
+  __syncthreads();
+  mx = reduce[0];
+  for (int w = 1; w < n_warps; ++w) mx = fmaxf(mx, reduce[w]);
   float total = 0.0f;
-  for (int s = 0; s < splits; ++s)
-    if (ml[s].y > 0.0f) total += ml[s].y * expf(ml[s].x - mx);
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+  for (int s = tid; s < splits; s += blockDim.x) {
+    const float wgt = ml[s].y > 0.0f ? expf(ml[s].x - mx) : 0.0f;
+    weight[s] = wgt;
+    total += ml[s].y * wgt;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+  __syncthreads();  // everyone has read reduce[] for the max
+  if (lane == 0) reduce[warp] = total;
+  __syncthreads();
+  total = 0.0f;
+  for (int w = 0; w < n_warps; ++w) total += reduce[w];
+  for (int d = tid; d < hd; d += blockDim.x) {
     float a = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      if (ml[s].y > 0.0f) a += part_acc[(th * splits + s) * hd + d] * expf(ml[s].x - mx);
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) a += part_acc[(th * splits + s) * hd + d] * weight[s];
     out[th * hd + d] = a / total;
   }
 }
@@ -374,7 +397,8 @@ AttnSplit attention_split(int64_t n_tokens, int n_kv_heads, int64_t reach, int s
   AttnSplit s;
   s.split_len = static_cast<int32_t>(reach);
   if (blocks >= want_blocks || reach <= kMinSplitPositions) return s;
-  const int64_t splits = std::min((want_blocks + blocks - 1) / blocks, reach / kMinSplitPositions);
+  const int64_t splits =
+      std::min<int64_t>({(want_blocks + blocks - 1) / blocks, reach / kMinSplitPositions, kMaxSplits});
   if (splits <= 1) return s;
   const int64_t len = ((reach + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
   s.split_len = static_cast<int32_t>(len);
