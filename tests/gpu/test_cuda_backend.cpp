@@ -175,7 +175,9 @@ TEST_CASE("matmul matches the CPU for every weight type, decode and prefill toke
     int64_t rows, cols;
   };
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    for (Shape s : {Shape{300, 512}, Shape{1000, 2048}, Shape{64, 96}, Shape{40, 11008}}) {
+    // Rows for thousands of GEMV blocks, and rows of several stages per warp.
+    for (Shape s : {Shape{300, 512}, Shape{1000, 2048}, Shape{64, 96}, Shape{40, 11008}, Shape{4100, 256},
+                    Shape{1100, 8320}}) {
       TestWeight w = make_weight(t, s.rows, s.cols, 21);
       for (int64_t n : {1, 2, 3, 8, 9, 64, 100}) {
         const auto x = random_floats(n * s.cols, 31 + uint32_t(n));
