@@ -9,7 +9,6 @@
 #include <new>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/launch_keys.hpp"
