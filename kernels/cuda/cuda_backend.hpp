@@ -1,0 +1,21 @@
+// The CUDA backend: every op of kernels/backend.hpp as kernels on one stream of
+// one device, with the backend's memory in that device's global memory
+// (host_visible() is false: the engine uploads weights and step inputs). Ops
+// are queued on the stream and return before they finish; upload() and
+// download() wait for everything queued before them. CUDA failures throw
+// std::runtime_error naming the call. Declared without CUDA headers, so any
+// C++ file can include it; built only when INFERD_HAVE_CUDA is 1.
+#pragma once
+#include <memory>
+
+#include "kernels/backend.hpp"
+
+namespace inferd::kernels {
+
+// How many CUDA devices this process can use (0 when there is no driver or device).
+int cuda_device_count();
+
+// Throws std::runtime_error when `device` cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+}  // namespace inferd::kernels

@@ -1,0 +1,56 @@
+// The kernel launchers behind the CUDA backend (cuda_backend.cu): each queues
+// its kernels on `stream` and returns. Pointers are device memory; the backend
+// has validated shapes and registered launch keys before calling.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/backend.hpp"
+
+namespace inferd::kernels::cuda {
+
+// Throws std::runtime_error("<what>: <CUDA's message>") when e is not cudaSuccess.
+void check(cudaError_t e, const char* what);
+// check() of the last launch error, for the call just made.
+inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+// Activations quantized to int8 in blocks of 32 for a matmul against quantized
+// weights, bit for bit as the CPU backend does it (kernels/cpu/kernel_table.hpp,
+// ActTile): q is [n_tokens][cols]; dc[t * nb + b] = {d, c} of token t's block b.
+struct QuantAct {
+  int8_t* q;
+  float2* dc;
+};
+
+void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, QuantAct out, cudaStream_t stream);
+// y[t][r] = row r of w . token t, from the quantized activations (Q4_0, Q4_1, Q8_0).
+void matmul_quant(const WeightView& w, QuantAct x, int64_t n_tokens, float* y, cudaStream_t stream);
+// The same for F32, F16 and BF16 weights, from the float activations.
+void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream);
+
+// Rows out of range are written as zeros and set *bad_id (host-mapped memory) to 1.
+void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out, int* bad_id, cudaStream_t stream);
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps, cudaStream_t stream);
+// theta_scale = freq_base^(-2 / n_rot), computed by the caller as the CPU backend does.
+void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim, const RopeParams& p,
+          float theta_scale, cudaStream_t stream);
+void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+void add(float* y, const float* x, int64_t n, cudaStream_t stream);
+void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k, const float* v,
+              cudaStream_t stream);
+
+// How attention splits each (token, kv head)'s positions: `splits` slices of
+// `split_len` positions; with more than one, partial results go through `part`.
+struct AttnSplit {
+  int splits = 1;
+  int32_t split_len = 0;
+};
+// Chooses the split for a step of n_tokens whose longest context is `reach`.
+AttnSplit attention_split(int64_t n_tokens, int n_kv_heads, int64_t reach, int sm_count);
+// Floats of scratch attention needs for that split (0 when unsplit).
+int64_t attention_scratch_floats(int64_t n_tokens, int n_heads, int head_dim, AttnSplit split);
+void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads,
+               float scale, float* out, AttnSplit split, float* scratch, cudaStream_t stream);
+
+}  // namespace inferd::kernels::cuda

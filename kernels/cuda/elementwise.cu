@@ -1,0 +1,186 @@
+// The CUDA backend's row and elementwise ops: embedding lookup, rmsnorm, rope,
+// silu_mul, add and the KV cache store. Each reproduces the CPU scalar kernels'
+// order of float operations (explicit __f*_rn: no contraction into FMAs), so
+// results agree to the last bit except where a libm function rounds differently.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/quant_blocks.hpp"
+
+namespace inferd::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline float half_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ inline float bf16_bits(uint16_t h) { return __bfloat162float(__ushort_as_bfloat16(h)); }
+
+// The 4-bit value of element j of a 32-element block's 16 packed bytes.
+__device__ inline int nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4; }
+
+// Element c of a row in `type`, as dequantize_row computes it.
+__device__ float dequant_element(DType type, const uint8_t* row, int64_t c) {
+  const int64_t b = c / kQuantBlock;
+  const int j = static_cast<int>(c % kQuantBlock);
+  switch (type) {
+    case DType::F32: return reinterpret_cast<const float*>(row)[c];
+    case DType::F16: return half_bits(reinterpret_cast<const uint16_t*>(row)[c]);
+    case DType::BF16: return bf16_bits(reinterpret_cast<const uint16_t*>(row)[c]);
+    case DType::Q4_0: {
+      const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      return __fmul_rn(static_cast<float>(nibble(blk.qs, j) - 8), half_bits(blk.d));
+    }
+    case DType::Q4_1: {
+      const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
+      return __fadd_rn(__fmul_rn(static_cast<float>(nibble(blk.qs, j)), half_bits(blk.d)), half_bits(blk.m));
+    }
+    case DType::Q8_0: {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      return __fmul_rn(static_cast<float>(blk.qs[j]), half_bits(blk.d));
+    }
+    case DType::Q8_1: {
+      const auto& blk = reinterpret_cast<const BlockQ8_1*>(row)[b];
+      return __fmul_rn(static_cast<float>(blk.qs[j]), half_bits(blk.d));
+    }
+    default: return 0.0f;
+  }
+}
+
+__global__ void get_rows_kernel(WeightView table, const int32_t* ids, float* out, int* bad_id) {
+  const int64_t t = blockIdx.y;
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= table.cols) return;
+  const int32_t id = ids[t];
+  float v = 0.0f;
+  if (id < 0 || id >= table.rows) {
+    if (c == 0) *bad_id = 1;
+  } else {
+    v = dequant_element(table.type, static_cast<const uint8_t*>(table.data) + id * table.row_stride, c);
+  }
+  out[t * table.cols + c] = v;
+}
+
+// Squares in float, summed in double, like the reference.
+__global__ void rmsnorm_kernel(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  __shared__ double partial[kThreads / 32];
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* yr = y + int64_t(blockIdx.x) * n;
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(__fmul_rn(xr[i], xr[i]));
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+  const float mean = static_cast<float>(total / static_cast<double>(n));
+  const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), weight[i]);
+}
+
+// One thread per rotated pair. theta is built by repeated multiplication in
+// float, as the reference does, so every pair's angle has the reference's bits;
+// cos and sin are taken in double and rounded once.
+__global__ void rope_kernel(float* x, const int32_t* pos, int n_heads, int head_dim, int half, float freq_scale,
+                            float theta_scale, bool neox) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= half) return;
+  const int64_t t = blockIdx.z;
+  const int h = blockIdx.y;
+  float theta = static_cast<float>(pos[t]);
+  for (int k = 0; k < i; ++k) theta = __fmul_rn(theta, theta_scale);
+  const double angle = static_cast<double>(__fmul_rn(freq_scale, theta));
+  const float cs = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
+  float* v = x + (t * n_heads + h) * head_dim;
+  float* a = neox ? v + i : v + 2 * i;
+  float* b = neox ? v + i + half : v + 2 * i + 1;
+  const float x0 = *a, x1 = *b;
+  *a = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+  *b = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    const float e = static_cast<float>(exp(-static_cast<double>(g)));
+    out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), up[i]);
+  }
+}
+
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], x[i]);
+}
+
+template <class T>
+__global__ void kv_store_kernel(KvLayerView kv, const AttnToken* toks, const float* k, const float* v) {
+  const int64_t row = int64_t(kv.n_kv_heads) * kv.head_dim;
+  const int64_t t = blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= row) return;
+  const int32_t pos = toks[t].pos;
+  const int64_t slot = int64_t(toks[t].block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
+  if constexpr (sizeof(T) == 2) {
+    static_cast<__half*>(kv.k)[slot * row + i] = __float2half_rn(k[t * row + i]);
+    static_cast<__half*>(kv.v)[slot * row + i] = __float2half_rn(v[t * row + i]);
+  } else {
+    static_cast<float*>(kv.k)[slot * row + i] = k[t * row + i];
+    static_cast<float*>(kv.v)[slot * row + i] = v[t * row + i];
+  }
+}
+
+unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
+}
+
+}  // namespace
+
+void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out, int* bad_id, cudaStream_t stream) {
+  if (n <= 0 || table.cols <= 0) return;
+  get_rows_kernel<<<dim3(blocks_for(table.cols), static_cast<unsigned>(n)), kThreads, 0, stream>>>(table, ids, out,
+                                                                                                  bad_id);
+  check_launch("get_rows");
+}
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  rmsnorm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, weight, y, n, eps);
+  check_launch("rmsnorm");
+}
+
+void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim, const RopeParams& p,
+          float theta_scale, cudaStream_t stream) {
+  if (n_tokens <= 0 || n_heads <= 0) return;
+  const int half = p.n_rot / 2;
+  const dim3 grid((half + 63) / 64, static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tokens));
+  rope_kernel<<<grid, 64, 0, stream>>>(x, pos, n_heads, head_dim, half, p.freq_scale, theta_scale, p.neox);
+  check_launch("rope");
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, out, n);
+  check_launch("silu_mul");
+}
+
+void add(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
+  check_launch("add");
+}
+
+void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k, const float* v,
+              cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  const dim3 grid(blocks_for(int64_t(kv.n_kv_heads) * kv.head_dim), static_cast<unsigned>(n_tokens));
+  if (kv.type == DType::F16)
+    kv_store_kernel<__half><<<grid, kThreads, 0, stream>>>(kv, toks, k, v);
+  else
+    kv_store_kernel<float><<<grid, kThreads, 0, stream>>>(kv, toks, k, v);
+  check_launch("kv_store");
+}
+
+}  // namespace inferd::kernels::cuda

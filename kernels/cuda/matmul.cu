@@ -1,0 +1,509 @@
+// Matmul on the GPU. Quantized weights (Q4_0, Q4_1, Q8_0) meet activations
+// quantized to int8 blocks exactly as the CPU backend quantizes them, and each
+// block's integer dot (dp4a) is scaled and summed in the CPU's formulation, so
+// only the float summation order differs. Float weights (F32, F16, BF16) are
+// converted on load and multiplied in float.
+//
+// Decode-sized steps (up to kGemvTokens tokens) run a GEMV: one warp per weight
+// row, reading the row once for all tokens, which is what bounds decode (weight
+// bytes over memory bandwidth). Larger steps run a tiled GEMM of 64 rows x 64
+// tokens per block through shared memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <stdexcept>
+
+#include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/quant_blocks.hpp"
+
+namespace inferd::kernels::cuda {
+namespace {
+
+constexpr int kGemvTokens = 8;
+constexpr int kGemvWarps = 4;  // warps per GEMV block
+
+// A weight block unpacked for dp4a: its 32 values as int8 packed four to an int
+// (element order), its scale d, and k, the factor of the activation block's
+// correction c (Q4_1: m; Q4_0: d; Q8_0: none).
+struct WBlock {
+  int q[8];
+  float d, k;
+};
+
+__device__ inline float half_bits(uint32_t h) { return __half2float(__ushort_as_half(static_cast<uint16_t>(h))); }
+
+// Blocks are 2-byte aligned (Q4_0: 18 bytes, Q8_0: 34) or 4-byte aligned (Q4_1: 20).
+template <class Block>
+__device__ inline WBlock load_block(const uint8_t* row, int64_t b) {
+  WBlock w;
+  if constexpr (sizeof(Block) == sizeof(BlockQ4_1)) {
+    const auto* u = reinterpret_cast<const uint32_t*>(row + b * sizeof(Block));
+    const uint32_t dm = u[0];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w.q[i] = static_cast<int>(u[1 + i] & 0x0f0f0f0fu);
+      w.q[4 + i] = static_cast<int>((u[1 + i] >> 4) & 0x0f0f0f0fu);
+    }
+    w.d = half_bits(dm & 0xffffu);
+    w.k = half_bits(dm >> 16);
+  } else {
+    const auto* u = reinterpret_cast<const uint16_t*>(row + b * sizeof(Block));
+    w.d = half_bits(u[0]);
+    if constexpr (sizeof(Block) == sizeof(BlockQ4_0)) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t qs = uint32_t(u[1 + 2 * i]) | (uint32_t(u[2 + 2 * i]) << 16);
+        w.q[i] = static_cast<int>(qs & 0x0f0f0f0fu);
+        w.q[4 + i] = static_cast<int>((qs >> 4) & 0x0f0f0f0fu);
+      }
+      w.k = w.d;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>(uint32_t(u[1 + 2 * i]) | (uint32_t(u[2 + 2 * i]) << 16));
+      w.k = 0.0f;
+    }
+  }
+  return w;
+}
+
+__device__ inline float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One warp per (token, block of 32): the reference's activation quantization.
+__global__ void quantize_act_kernel(DType weight, const float* x, int64_t total_blocks, int8_t* q, float2* dc) {
+  const int64_t blk = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (blk >= total_blocks) return;
+  const float v = x[blk * 32 + lane];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = __fdiv_rn(amax, 127.0f), id = amax != 0 ? __fdiv_rn(127.0f, amax) : 0.0f;
+  const int qi = static_cast<int>(rintf(__fmul_rn(v, id)));
+  q[blk * 32 + lane] = static_cast<int8_t>(qi);
+  int sum = qi;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane != 0) return;
+  const float d16 = __half2float(__float2half_rn(d));
+  float c = 0.0f;
+  if (weight == DType::Q4_1)
+    c = __half2float(__float2half_rn(__fmul_rn(d, static_cast<float>(sum))));
+  else if (weight == DType::Q4_0)
+    c = __fmul_rn(__fmul_rn(-8.0f, d16), static_cast<float>(sum));
+  dc[blk] = make_float2(d16, c);
+}
+
+// Token t's activation block b: its 32 int8 values and {d, c}.
+struct ABlock {
+  int4 lo, hi;
+  float2 dc;
+};
+
+__device__ inline ABlock load_act(const int8_t* xq, const float2* xdc, int64_t nb, int t, int64_t b) {
+  const auto* a = reinterpret_cast<const int4*>(xq + (t * nb + b) * 32);
+  return ABlock{a[0], a[1], xdc[t * nb + b]};
+}
+
+__device__ inline int block_dot(const WBlock& w, const ABlock& a) {
+  int s = __dp4a(w.q[0], a.lo.x, 0);
+  s = __dp4a(w.q[1], a.lo.y, s);
+  s = __dp4a(w.q[2], a.lo.z, s);
+  s = __dp4a(w.q[3], a.lo.w, s);
+  s = __dp4a(w.q[4], a.hi.x, s);
+  s = __dp4a(w.q[5], a.hi.y, s);
+  s = __dp4a(w.q[6], a.hi.z, s);
+  return __dp4a(w.q[7], a.hi.w, s);
+}
+
+// A block takes kGemvRows rows, so each activation block loaded serves all of
+// them, and its warps split the rows' blocks in stages of kStageBlocks: a warp
+// has one stage of each row in flight, and a row of up to kGemvWarps stages
+// (8192 columns) takes one memory round trip. Weight blocks (18, 20 or 34
+// bytes, only 2- or 4-byte aligned) are not read block by block: the warp
+// copies its stage of each row into shared memory with whole-warp 16-byte
+// loads from the 16-byte boundary at or before it (every such word holding a
+// byte of the row lies inside the row's allocation, which the backend rounds
+// to 256 bytes), and each lane then reads its blocks from there.
+constexpr int kGemvRows = 2;
+constexpr int kStageBlocks = 64;  // two per lane
+
+template <class Block, int NT>
+__global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, size_t row_stride, int64_t rows,
+                                                              int64_t nb, const int8_t* xq, const float2* xdc,
+                                                              int n_tokens, float* y) {
+  constexpr int kSize = sizeof(Block);
+  constexpr int kWords = (kStageBlocks * kSize + 15 + 15) / 16;
+  constexpr int kLoads = (kWords + 31) / 32;
+  __shared__ uint4 stage[kGemvWarps][kGemvRows][kWords];
+  __shared__ float partial[kGemvWarps][kGemvRows][NT];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t r0 = int64_t(blockIdx.x) * kGemvRows;
+  const uint8_t* row[kGemvRows];
+#pragma unroll
+  for (int i = 0; i < kGemvRows; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
+  float sum[kGemvRows][NT], corr[kGemvRows][NT];
+#pragma unroll
+  for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) sum[i][t] = corr[i][t] = 0.0f;
+  // Decode (NT <= 2): the lane's activation blocks are loaded with the weights,
+  // not after them, so the two memory round trips overlap.
+  constexpr bool kPrefetch = NT <= 2;
+  for (int64_t b_start = int64_t(warp) * kStageBlocks; b_start < nb; b_start += kGemvWarps * kStageBlocks) {
+    const int n_blocks = static_cast<int>(min(int64_t(kStageBlocks), nb - b_start));
+    ABlock pre[2][kPrefetch ? NT : 1];
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (lane + 32 * h < n_blocks && t < n_tokens) pre[h][t] = load_act(xq, xdc, nb, t, b_start + lane + 32 * h);
+    }
+    int head[kGemvRows], words[kGemvRows];
+    uint4 v[kGemvRows][kLoads];
+#pragma unroll
+    for (int i = 0; i < kGemvRows; ++i) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(row[i] + b_start * kSize);
+      const auto* aligned = reinterpret_cast<const uint4*>(first & ~uintptr_t(15));
+      head[i] = static_cast<int>(first & 15);
+      words[i] = (head[i] + n_blocks * kSize + 15) / 16;
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k)
+        if (lane + 32 * k < words[i]) v[i][k] = aligned[lane + 32 * k];
+    }
+#pragma unroll
+    for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k)
+        if (lane + 32 * k < words[i]) stage[warp][i][lane + 32 * k] = v[i][k];
+    __syncwarp();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // kStageBlocks = 64: two blocks per lane
+      const int j = lane + 32 * h;
+      if (j >= n_blocks) break;
+      WBlock wb[kGemvRows];
+#pragma unroll
+      for (int i = 0; i < kGemvRows; ++i)
+        wb[i] = load_block<Block>(reinterpret_cast<const uint8_t*>(stage[warp][i]) + head[i], j);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t < n_tokens) {
+          ABlock a;
+          if constexpr (kPrefetch)
+            a = pre[h][t];
+          else
+            a = load_act(xq, xdc, nb, t, b_start + j);
+#pragma unroll
+          for (int i = 0; i < kGemvRows; ++i) {
+            sum[i][t] += static_cast<float>(block_dot(wb[i], a)) * (wb[i].d * a.dc.x);
+            corr[i][t] += wb[i].k * a.dc.y;
+          }
+        }
+      }
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float s = warp_sum(sum[i][t]) + warp_sum(corr[i][t]);
+      if (lane == 0) partial[warp][i][t] = s;
+    }
+  __syncthreads();
+  if (threadIdx.x < kGemvRows * NT) {
+    const int i = threadIdx.x / NT, t = threadIdx.x % NT;
+    if (t < n_tokens && r0 + i < rows) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kGemvWarps; ++k) s += partial[k][i][t];
+      y[t * rows + r0 + i] = s;
+    }
+  }
+}
+
+// Tiled GEMM over quantized weights: a block computes 64 rows x 64 tokens, each
+// thread 4 x 4 of them (rows tr + 16 i, tokens tc + 16 j), kTileBlocks weight
+// blocks (128 columns) per step through shared memory.
+constexpr int kTile = 64;
+constexpr int kTileBlocks = 4;
+constexpr int kLdq = kTileBlocks * 8 + 1;  // ints per shared row, padded against bank conflicts
+
+template <class Block>
+__global__ __launch_bounds__(256) void gemm_quant(const uint8_t* w, size_t row_stride, int64_t rows, int64_t nb,
+                                                  const int8_t* xq, const float2* xdc, int64_t n_tokens, float* y) {
+  __shared__ int wq[kTile][kLdq];
+  __shared__ float wd[kTile][kTileBlocks], wk[kTile][kTileBlocks];
+  __shared__ int aq[kTile][kLdq];
+  __shared__ float2 adc[kTile][kTileBlocks];
+  const int tid = threadIdx.x, tr = tid / 16, tc = tid % 16;
+  const int64_t r0 = int64_t(blockIdx.x) * kTile, t0 = int64_t(blockIdx.y) * kTile;
+  float sum[4][4] = {}, corr[4][4] = {};
+  // Each thread loads one weight block and one activation block per step.
+  const int lr = tid / kTileBlocks, kb_load = tid % kTileBlocks;
+  for (int64_t b0 = 0; b0 < nb; b0 += kTileBlocks) {
+    const int64_t b = b0 + kb_load;
+    {
+      WBlock wb{};
+      if (r0 + lr < rows && b < nb) wb = load_block<Block>(w + (r0 + lr) * row_stride, b);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) wq[lr][kb_load * 8 + i] = wb.q[i];
+      wd[lr][kb_load] = wb.d;
+      wk[lr][kb_load] = wb.k;
+    }
+    {
+      int4 a0{}, a1{};
+      float2 dc{0.0f, 0.0f};
+      if (t0 + lr < n_tokens && b < nb) {
+        const auto* a = reinterpret_cast<const int4*>(xq + ((t0 + lr) * nb + b) * 32);
+        a0 = a[0];
+        a1 = a[1];
+        dc = xdc[(t0 + lr) * nb + b];
+      }
+      int* dst = &aq[lr][kb_load * 8];
+      dst[0] = a0.x, dst[1] = a0.y, dst[2] = a0.z, dst[3] = a0.w;
+      dst[4] = a1.x, dst[5] = a1.y, dst[6] = a1.z, dst[7] = a1.w;
+      adc[lr][kb_load] = dc;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kb = 0; kb < kTileBlocks; ++kb) {
+      int idot[4][4] = {};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        int wv[4], av[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wv[i] = wq[tr + 16 * i][kb * 8 + k];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) av[j] = aq[tc + 16 * j][kb * 8 + k];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) idot[i][j] = __dp4a(wv[i], av[j], idot[i][j]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 dc = adc[tc + 16 * j][kb];
+          sum[i][j] += static_cast<float>(idot[i][j]) * (wd[tr + 16 * i][kb] * dc.x);
+          corr[i][j] += wk[tr + 16 * i][kb] * dc.y;
+        }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = r0 + tr + 16 * i, t = t0 + tc + 16 * j;
+      if (r < rows && t < n_tokens) y[t * rows + r] = sum[i][j] + corr[i][j];
+    }
+}
+
+// Float weights: element loads by type.
+template <DType T>
+__device__ inline float load_w(const uint8_t* row, int64_t c) {
+  if constexpr (T == DType::F32) return reinterpret_cast<const float*>(row)[c];
+  if constexpr (T == DType::F16) return __half2float(reinterpret_cast<const __half*>(row)[c]);
+  return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[c]);
+}
+
+// Eight consecutive weights from a 16-byte aligned address.
+template <DType T>
+__device__ inline void load_w8(const uint8_t* row, int64_t c, float (&v)[8]) {
+  if constexpr (T == DType::F32) {
+    const float4 a = reinterpret_cast<const float4*>(row)[c / 4], b = reinterpret_cast<const float4*>(row)[c / 4 + 1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4*>(row + c * 2);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (T == DType::F16) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+      } else {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
+    }
+  }
+}
+
+// A warp takes kGemvRows rows, as the quantized GEMV does. `vec`: rows, x and
+// cols allow 16-byte weight loads of 8 values.
+template <DType T, int NT>
+__global__ __launch_bounds__(32 * kGemvWarps) void gemv_float(const uint8_t* w, size_t row_stride, int64_t rows,
+                                                              int64_t cols, const float* x, int n_tokens, float* y,
+                                                              bool vec) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvRows;
+  if (r0 >= rows) return;
+  const uint8_t* row[kGemvRows];
+#pragma unroll
+  for (int i = 0; i < kGemvRows; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;
+  float sum[kGemvRows][NT];
+#pragma unroll
+  for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) sum[i][t] = 0.0f;
+  if (vec) {
+    for (int64_t c = int64_t(lane) * 8; c < cols; c += 32 * 8) {
+      float wv[kGemvRows][8];
+#pragma unroll
+      for (int i = 0; i < kGemvRows; ++i) load_w8<T>(row[i], c, wv[i]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t < n_tokens) {
+          const float4 a = *reinterpret_cast<const float4*>(x + t * cols + c);
+          const float4 b = *reinterpret_cast<const float4*>(x + t * cols + c + 4);
+#pragma unroll
+          for (int i = 0; i < kGemvRows; ++i)
+            sum[i][t] += wv[i][0] * a.x + wv[i][1] * a.y + wv[i][2] * a.z + wv[i][3] * a.w + wv[i][4] * b.x +
+                         wv[i][5] * b.y + wv[i][6] * b.z + wv[i][7] * b.w;
+        }
+      }
+    }
+  } else {
+    for (int64_t c = lane; c < cols; c += 32) {
+      float wv[kGemvRows];
+#pragma unroll
+      for (int i = 0; i < kGemvRows; ++i) wv[i] = load_w<T>(row[i], c);
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < n_tokens) {
+          const float xv = x[t * cols + c];
+#pragma unroll
+          for (int i = 0; i < kGemvRows; ++i) sum[i][t] += wv[i] * xv;
+        }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kGemvRows; ++i)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < n_tokens) {
+        const float s = warp_sum(sum[i][t]);
+        if (lane == 0 && r0 + i < rows) y[t * rows + r0 + i] = s;
+      }
+    }
+}
+
+// Tiled float GEMM: 64 rows x 64 tokens per block, 16 columns per step.
+constexpr int kTileK = 16;
+
+template <DType T>
+__global__ __launch_bounds__(256) void gemm_float(const uint8_t* w, size_t row_stride, int64_t rows, int64_t cols,
+                                                  const float* x, int64_t n_tokens, float* y) {
+  __shared__ float ws[kTileK][kTile + 1];
+  __shared__ float xs[kTileK][kTile + 1];
+  const int tid = threadIdx.x, tr = tid / 16, tc = tid % 16;
+  const int64_t r0 = int64_t(blockIdx.x) * kTile, t0 = int64_t(blockIdx.y) * kTile;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < cols; k0 += kTileK) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = tid + 256 * i, l = e / kTileK, kk = e % kTileK;
+      const int64_t c = k0 + kk;
+      ws[kk][l] = (r0 + l < rows && c < cols) ? load_w<T>(w + (r0 + l) * row_stride, c) : 0.0f;
+      xs[kk][l] = (t0 + l < n_tokens && c < cols) ? x[(t0 + l) * cols + c] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float wv[4], xv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wv[i] = ws[kk][tr + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xv[j] = xs[kk][tc + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += wv[i] * xv[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = r0 + tr + 16 * i, t = t0 + tc + 16 * j;
+      if (r < rows && t < n_tokens) y[t * rows + r] = acc[i][j];
+    }
+}
+
+unsigned gemv_blocks(int64_t rows) {
+  constexpr int64_t rows_per_block = int64_t(kGemvWarps) * kGemvRows;
+  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+}
+dim3 gemm_grid(int64_t rows, int64_t n_tokens) {
+  return dim3(static_cast<unsigned>((rows + kTile - 1) / kTile), static_cast<unsigned>((n_tokens + kTile - 1) / kTile));
+}
+
+template <class Block>
+void matmul_quant_typed(const WeightView& w, QuantAct x, int64_t n_tokens, float* y, cudaStream_t stream) {
+  const unsigned gemv_grid = static_cast<unsigned>((w.rows + kGemvRows - 1) / kGemvRows);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t nb = w.cols / kQuantBlock;
+  const int n = static_cast<int>(n_tokens);
+  if (n_tokens <= kGemvTokens) {
+    auto* kernel = n <= 1 ? gemv_quant<Block, 1> : n <= 2 ? gemv_quant<Block, 2> : n <= 4 ? gemv_quant<Block, 4>
+                                                                                            : gemv_quant<Block, 8>;
+    kernel<<<gemv_grid, 32 * kGemvWarps, 0, stream>>>(data, w.row_stride, w.rows, nb, x.q, x.dc, n, y);
+  } else {
+    gemm_quant<Block><<<gemm_grid(w.rows, n_tokens), 256, 0, stream>>>(data, w.row_stride, w.rows, nb, x.q, x.dc,
+                                                                       n_tokens, y);
+  }
+}
+
+template <DType T>
+void matmul_float_typed(const WeightView& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int n = static_cast<int>(n_tokens);
+  if (n_tokens <= kGemvTokens) {
+    const bool vec = w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0 && w.row_stride % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    auto* kernel = n <= 1 ? gemv_float<T, 1> : n <= 2 ? gemv_float<T, 2> : n <= 4 ? gemv_float<T, 4>
+                                                                                  : gemv_float<T, 8>;
+    kernel<<<gemv_blocks(w.rows), 32 * kGemvWarps, 0, stream>>>(data, w.row_stride, w.rows, w.cols, x, n, y, vec);
+  } else {
+    gemm_float<T><<<gemm_grid(w.rows, n_tokens), 256, 0, stream>>>(data, w.row_stride, w.rows, w.cols, x, n_tokens,
+                                                                   y);
+  }
+}
+
+}  // namespace
+
+void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, QuantAct out, cudaStream_t stream) {
+  const int64_t blocks = n_tokens * (cols / kQuantBlock);
+  if (blocks <= 0) return;
+  quantize_act_kernel<<<static_cast<unsigned>((blocks + 7) / 8), 256, 0, stream>>>(weight, x, blocks, out.q, out.dc);
+  check_launch("matmul: quantize activations");
+}
+
+void matmul_quant(const WeightView& w, QuantAct x, int64_t n_tokens, float* y, cudaStream_t stream) {
+  switch (w.type) {
+    case DType::Q4_0: matmul_quant_typed<BlockQ4_0>(w, x, n_tokens, y, stream); break;
+    case DType::Q4_1: matmul_quant_typed<BlockQ4_1>(w, x, n_tokens, y, stream); break;
+    case DType::Q8_0: matmul_quant_typed<BlockQ8_0>(w, x, n_tokens, y, stream); break;
+    default: throw std::invalid_argument("matmul_quant: not a quantized weight type");
+  }
+  check_launch("matmul");
+}
+
+void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream) {
+  switch (w.type) {
+    case DType::F32: matmul_float_typed<DType::F32>(w, x, n_tokens, y, stream); break;
+    case DType::F16: matmul_float_typed<DType::F16>(w, x, n_tokens, y, stream); break;
+    case DType::BF16: matmul_float_typed<DType::BF16>(w, x, n_tokens, y, stream); break;
+    default: throw std::invalid_argument("matmul_float: not a float weight type");
+  }
+  check_launch("matmul");
+}
+
+}  // namespace inferd::kernels::cuda

@@ -1,0 +1,405 @@
+// The CUDA backend against the CPU backend's scalar kernels (the reference
+// semantics) on random data: every op, every weight type, decode and prefill
+// token counts, head_dim 64 and 128, grouped-query ratios, multi-block paged
+// KV caches; and the backend's memory. Each comparison prints its maximum error
+// ("max_err <op> ... abs=... tol=...") so a run's log records how close it is.
+//
+// Needs a CUDA device: without one the binary exits 77 (meson: skipped), or
+// fails when INFERD_REQUIRE_GPU is set (tools/gpu-check sets it).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/half.hpp"
+#include "kernels/quantize.hpp"
+
+using namespace inferd::kernels;
+
+namespace {
+
+Backend& gpu() {
+  static std::unique_ptr<Backend> b = make_cuda_backend(0);
+  return *b;
+}
+
+Backend& cpu() {
+  static std::unique_ptr<Backend> b = make_cpu_backend(0, CpuIsa::Scalar);
+  return *b;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+template <class T>
+Buffer to_gpu(const std::vector<T>& v) {
+  Buffer b = gpu().alloc(v.size() * sizeof(T));
+  gpu().upload(b.data(), v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <class T>
+std::vector<T> from_gpu(const Buffer& b, size_t n) {
+  std::vector<T> v(n);
+  gpu().download(v.data(), b.data(), n * sizeof(T));
+  return v;
+}
+
+// A device buffer of n floats poisoned with NaN, so an element no kernel wrote fails.
+Buffer poisoned(size_t n) { return to_gpu(std::vector<float>(n, NAN)); }
+
+// Max |got - want| over all elements; NaN anywhere makes it infinite.
+double max_abs_err(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double m = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (std::isnan(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+
+// Checks and records one comparison: abs error within tol.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  const double err = max_abs_err(got, want);
+  std::printf("max_err %s abs=%.3g tol=%.3g\n", what.c_str(), err, tol);
+  CHECK_MESSAGE(err <= tol, what, ": max abs error ", err, " over ", tol);
+}
+
+// A weight matrix in `type` from random floats: host bytes and the view of a device copy.
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  WeightView host;
+  Buffer dev;
+  WeightView device;
+};
+
+TestWeight make_weight(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  TestWeight w;
+  const auto src = random_floats(rows * cols, seed);
+  const size_t rb = row_bytes(type, cols);
+  w.bytes.resize(rb * rows);
+  for (int64_t r = 0; r < rows; ++r) quantize_row(type, src.data() + r * cols, w.bytes.data() + r * rb, cols);
+  w.host = WeightView{type, w.bytes.data(), rows, cols, rb};
+  w.dev = to_gpu(w.bytes);
+  w.device = WeightView{type, w.dev.data(), rows, cols, rb};
+  return w;
+}
+
+const char* type_name(DType t) { return traits(t).name.data(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return std::getenv("INFERD_REQUIRE_GPU") ? 1 : 77;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
+
+TEST_SUITE("gpu") {
+
+TEST_CASE("memory: alloc, upload and download round-trip; zeroed alloc is zero; too much is bad_alloc") {
+  CHECK(!gpu().host_visible());
+  std::vector<uint8_t> bytes(1000003);
+  std::mt19937 rng(7);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  Buffer b = to_gpu(bytes);
+  CHECK(b.bytes() == bytes.size());
+  CHECK(reinterpret_cast<uintptr_t>(b.data()) % 64 == 0);
+  CHECK(from_gpu<uint8_t>(b, bytes.size()) == bytes);
+  // Dirty memory that is given back, then a zeroed alloc of the same size.
+  {
+    Buffer dirty = to_gpu(std::vector<uint8_t>(1 << 20, 0xab));
+  }
+  Buffer z = gpu().alloc(1 << 20, true);
+  const auto zs = from_gpu<uint8_t>(z, 1 << 20);
+  CHECK(std::all_of(zs.begin(), zs.end(), [](uint8_t x) { return x == 0; }));
+  CHECK_THROWS_AS(gpu().alloc(size_t(1) << 52), std::bad_alloc);
+  // The backend still works after a refused alloc.
+  CHECK(from_gpu<uint8_t>(b, 16) == std::vector<uint8_t>(bytes.begin(), bytes.begin() + 16));
+}
+
+TEST_CASE("get_rows matches the CPU for every type; an id outside the table is reported") {
+  const int64_t rows = 300, cols = 256, n = 37;
+  std::vector<int32_t> ids(n);
+  std::mt19937 rng(3);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % rows);
+  Buffer dids = to_gpu(ids);
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q8_1}) {
+    TestWeight w = make_weight(t, rows, cols, 11);
+    std::vector<float> want(n * cols);
+    cpu().get_rows(w.host, ids.data(), n, want.data());
+    Buffer out = poisoned(n * cols);
+    gpu().get_rows(w.device, dids.as<int32_t>(), n, out.as<float>());
+    expect_close(std::string("get_rows ") + type_name(t), from_gpu<float>(out, n * cols), want, 0.0);
+  }
+  TestWeight w = make_weight(DType::F16, rows, cols, 12);
+  Buffer bad = to_gpu(std::vector<int32_t>{1, int32_t(rows)});
+  Buffer out = gpu().alloc(2 * cols * sizeof(float));
+  gpu().get_rows(w.device, bad.as<int32_t>(), 2, out.as<float>());
+  std::vector<float> host(2 * cols);
+  CHECK_THROWS_AS(gpu().download(host.data(), out.data(), host.size() * sizeof(float)), std::out_of_range);
+  gpu().download(host.data(), out.data(), host.size() * sizeof(float));  // reported once
+}
+
+TEST_CASE("matmul matches the CPU for every weight type, decode and prefill token counts") {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    // Rows for thousands of GEMV blocks, and rows of several stages per warp.
+    for (Shape s : {Shape{300, 512}, Shape{1000, 2048}, Shape{64, 96}, Shape{40, 11008}, Shape{4100, 256},
+                    Shape{1100, 8320}}) {
+      TestWeight w = make_weight(t, s.rows, s.cols, 21);
+      for (int64_t n : {1, 2, 3, 8, 9, 64, 100}) {
+        const auto x = random_floats(n * s.cols, 31 + uint32_t(n));
+        std::vector<float> want(n * s.rows);
+        cpu().matmul(w.host, x.data(), n, want.data());
+        Buffer dx = to_gpu(x);
+        Buffer y = poisoned(n * s.rows);
+        gpu().matmul(w.device, dx.as<float>(), n, y.as<float>());
+        // Same products (float, or the same int8 blocks and scales for quantized
+        // types); only the float summation order differs.
+        expect_close(std::string("matmul ") + type_name(t) + " " + std::to_string(s.rows) + "x" +
+                         std::to_string(s.cols) + " t=" + std::to_string(n),
+                     from_gpu<float>(y, n * s.rows), want, 2e-5 * std::max(1.0, max_abs(want)));
+      }
+    }
+  }
+}
+
+TEST_CASE("rmsnorm, silu_mul and add match the CPU") {
+  for (int64_t rows : {1, 7, 64}) {
+    for (int64_t n : {100, 576, 4096}) {
+      const auto x = random_floats(rows * n, 41, -3.0f, 3.0f), w = random_floats(n, 42);
+      std::vector<float> want(rows * n);
+      cpu().rmsnorm(x.data(), w.data(), want.data(), rows, n, 1e-5f);
+      Buffer dx = to_gpu(x), dw = to_gpu(w), y = poisoned(rows * n);
+      gpu().rmsnorm(dx.as<float>(), dw.as<float>(), y.as<float>(), rows, n, 1e-5f);
+      expect_close("rmsnorm rows=" + std::to_string(rows) + " n=" + std::to_string(n), from_gpu<float>(y, rows * n),
+                   want, 1e-6);
+    }
+  }
+  for (int64_t n : {1, 1000, 1 << 20}) {
+    const auto g = random_floats(n, 51, -8.0f, 8.0f), u = random_floats(n, 52);
+    std::vector<float> want(n);
+    cpu().silu_mul(g.data(), u.data(), want.data(), n);
+    Buffer dg = to_gpu(g), du = to_gpu(u), out = poisoned(n);
+    gpu().silu_mul(dg.as<float>(), du.as<float>(), out.as<float>(), n);
+    expect_close("silu_mul n=" + std::to_string(n), from_gpu<float>(out, n), want, 1e-6);
+
+    std::vector<float> sum = g;
+    cpu().add(sum.data(), u.data(), n);
+    gpu().add(dg.as<float>(), du.as<float>(), n);
+    expect_close("add n=" + std::to_string(n), from_gpu<float>(dg, n), sum, 0.0);
+  }
+}
+
+TEST_CASE("rope matches the CPU: both layouts, partial rotation, scaled frequencies") {
+  const int64_t n_tokens = 19;
+  std::vector<int32_t> pos(n_tokens);
+  std::mt19937 rng(61);
+  for (auto& p : pos) p = static_cast<int32_t>(rng() % 8192);
+  pos[0] = 0;
+  Buffer dpos = to_gpu(pos);
+  for (int hd : {64, 128}) {
+    for (int n_rot : {hd, hd / 2}) {
+      for (bool neox : {false, true}) {
+        for (float freq_scale : {1.0f, 0.25f}) {
+          const int n_heads = 5;
+          const RopeParams p{n_rot, 10000.0f, freq_scale, neox};
+          auto x = random_floats(n_tokens * n_heads * hd, 62);
+          Buffer dx = to_gpu(x);
+          cpu().rope(x.data(), pos.data(), n_tokens, n_heads, hd, p);
+          gpu().rope(dx.as<float>(), dpos.as<int32_t>(), n_tokens, n_heads, hd, p);
+          // Same angles bit for bit; cos and sin may round differently in the last place.
+          expect_close("rope hd=" + std::to_string(hd) + " n_rot=" + std::to_string(n_rot) +
+                           (neox ? " neox" : " norm") + " freq_scale=" + std::to_string(freq_scale),
+                       from_gpu<float>(dx, x.size()), x, 1e-6);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// A paged KV cache for both backends with the same block tables: `n_seqs`
+// sequences of up to max_pos + 1 positions each, their blocks scattered over
+// the cache in a random order.
+struct PagedCache {
+  DType type;
+  int block_size = 16, n_kv, hd;
+  int blocks_per_seq;
+  std::vector<int32_t> tables;  // [seq][blocks_per_seq]
+  std::vector<uint8_t> ck, cv;  // the CPU's cache
+  Buffer gk, gv, gtables;
+
+  PagedCache(DType type, int n_seqs, int max_pos, int n_kv, int hd) : type(type), n_kv(n_kv), hd(hd) {
+    blocks_per_seq = max_pos / block_size + 1;
+    const int n_blocks = n_seqs * blocks_per_seq + 3;
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(71));
+    tables.assign(perm.begin(), perm.begin() + n_seqs * blocks_per_seq);
+    const size_t bytes = size_t(n_blocks) * block_size * n_kv * hd * (type == DType::F16 ? 2 : 4);
+    ck.assign(bytes, 0);
+    cv.assign(bytes, 0);
+    gk = gpu().alloc(bytes, true);
+    gv = gpu().alloc(bytes, true);
+    gtables = to_gpu(tables);
+  }
+  KvLayerView cpu_view() { return KvLayerView{type, ck.data(), cv.data(), block_size, n_kv, hd}; }
+  KvLayerView gpu_view() { return KvLayerView{type, gk.data(), gv.data(), block_size, n_kv, hd}; }
+  std::vector<AttnToken> cpu_toks(const std::vector<std::pair<int, int32_t>>& seq_pos) {
+    std::vector<AttnToken> t;
+    for (auto [s, p] : seq_pos) t.push_back({tables.data() + s * blocks_per_seq, p});
+    return t;
+  }
+  Buffer gpu_toks(const std::vector<std::pair<int, int32_t>>& seq_pos) {
+    std::vector<AttnToken> t;
+    for (auto [s, p] : seq_pos) t.push_back({gtables.as<int32_t>() + s * blocks_per_seq, p});
+    return to_gpu(t);
+  }
+  // Stores random K and V for these (sequence, position) tokens in both caches.
+  void store(const std::vector<std::pair<int, int32_t>>& seq_pos, uint32_t seed) {
+    const int64_t n = seq_pos.size(), row = int64_t(n_kv) * hd;
+    const auto k = random_floats(n * row, seed), v = random_floats(n * row, seed + 1);
+    const auto ct = cpu_toks(seq_pos);
+    cpu().kv_store(cpu_view(), ct.data(), n, k.data(), v.data());
+    Buffer gt = gpu_toks(seq_pos), dk = to_gpu(k), dv = to_gpu(v);
+    gpu().kv_store(gpu_view(), gt.as<AttnToken>(), n, dk.as<float>(), dv.as<float>());
+  }
+};
+
+std::vector<std::pair<int, int32_t>> positions(int seq, int32_t from, int32_t to) {
+  std::vector<std::pair<int, int32_t>> out;
+  for (int32_t p = from; p < to; ++p) out.push_back({seq, p});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("kv_store and paged attention match the CPU: decode, prefill and mixed steps, GQA, both cache types") {
+  struct Step {
+    const char* name;
+    std::vector<std::pair<int, int32_t>> toks;
+  };
+  struct Heads {
+    int hd, n_kv, group;
+  };
+  std::vector<Heads> configs;
+  for (int hd : {64, 128})
+    for (auto [n_kv, group] : {std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 8}, std::pair{8, 1}})
+      configs.push_back({hd, n_kv, group});
+  // A group that fills its kernel's slots partly, one larger than the fast
+  // kernel's 8, and a head size it does not take.
+  configs.push_back({128, 2, 3});
+  configs.push_back({64, 1, 16});
+  configs.push_back({96, 2, 2});
+  for (DType type : {DType::F16, DType::F32}) {
+    for (const Heads& heads : configs) {
+      {
+        const int hd = heads.hd, n_kv = heads.n_kv, group = heads.group;
+        const int n_heads = n_kv * group, n_seqs = 3, max_pos = 2100;
+        PagedCache c(type, n_seqs, max_pos, n_kv, hd);
+        // History: sequence 0 has 2000 positions, 1 has 40, 2 has 1000.
+        c.store(positions(0, 0, 2000), 81);
+        c.store(positions(1, 0, 40), 82);
+        c.store(positions(2, 0, 1000), 83);
+        const std::vector<Step> steps = {
+            {"decode", {{0, 2000}, {1, 40}, {2, 1000}}},
+            {"decode-first", {{1, 0}}},
+            {"prefill", positions(1, 40, 100)},
+            {"mixed", [] {
+               auto t = positions(2, 1000, 1033);
+               t.push_back({0, 2001});
+               return t;
+             }()},
+        };
+        for (const Step& s : steps) {
+          const std::string what = std::string(type_name(type)) + " hd=" + std::to_string(hd) +
+                                    " kv=" + std::to_string(n_kv) + " heads=" + std::to_string(n_heads) + " " + s.name;
+          const int64_t n = s.toks.size();
+          c.store(s.toks, 90 + uint32_t(n));
+          CHECK_MESSAGE(from_gpu<uint8_t>(c.gk, c.ck.size()) == c.ck, "kv_store ", what, ": K caches differ");
+          CHECK_MESSAGE(from_gpu<uint8_t>(c.gv, c.cv.size()) == c.cv, "kv_store ", what, ": V caches differ");
+          const auto q = random_floats(n * n_heads * hd, 95);
+          const float scale = 1.0f / std::sqrt(float(hd));
+          std::vector<float> want(n * n_heads * hd);
+          const auto ct = c.cpu_toks(s.toks);
+          cpu().attention(c.cpu_view(), ct.data(), n, q.data(), n_heads, scale, want.data());
+          Buffer gt = c.gpu_toks(s.toks), dq = to_gpu(q), out = poisoned(want.size());
+          gpu().attention(c.gpu_view(), gt.as<AttnToken>(), n, dq.as<float>(), n_heads, scale, out.as<float>());
+          // f16 cache: the CPU rounds each probability to f16 (relative 2^-11), the
+          // GPU keeps them in float; outputs are averages of values in [-1, 1].
+          expect_close("attention " + what, from_gpu<float>(out, want.size()), want,
+                       type == DType::F16 ? 1e-3 : 2e-5);
+          // Later steps see the same cache on both sides only if each step's tokens stay stored.
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the CUDA backend registers the same launch keys as the CPU backend") {
+  auto keys_of = [](auto&& run) {
+    ShapeRegistry::global().clear();
+    run();
+    std::set<std::string> out;
+    for (const auto& [key, use] : ShapeRegistry::global().snapshot()) out.insert(key.str());
+    return out;
+  };
+  TestWeight w = make_weight(DType::Q4_1, 128, 256, 101);
+  const auto x = random_floats(5 * 256, 102);
+  Buffer dx = to_gpu(x), dy = gpu().alloc(5 * 128 * sizeof(float));
+  std::vector<float> y(5 * 128);
+  PagedCache c(DType::F16, 1, 300, 2, 64);
+  c.store(positions(0, 0, 300), 103);
+  const auto q = random_floats(8 * 64, 104);
+  Buffer dq = to_gpu(q), dout = gpu().alloc(q.size() * sizeof(float));
+  std::vector<float> out(q.size());
+  const auto toks = positions(0, 299, 300);
+  Buffer gt = c.gpu_toks(toks);
+  const auto ct = c.cpu_toks(toks);
+  const auto on_gpu = keys_of([&] {
+    gpu().matmul(w.device, dx.as<float>(), 5, dy.as<float>());
+    gpu().attention(c.gpu_view(), gt.as<AttnToken>(), 1, dq.as<float>(), 8, 0.125f, dout.as<float>());
+  });
+  const auto on_cpu = keys_of([&] {
+    cpu().matmul(w.host, x.data(), 5, y.data());
+    cpu().attention(c.cpu_view(), ct.data(), 1, q.data(), 8, 0.125f, out.data());
+  });
+  CHECK(on_gpu.size() == 3);
+  CHECK(on_gpu == on_cpu);
+}
+
+}  // TEST_SUITE
