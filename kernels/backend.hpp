@@ -118,8 +118,10 @@ class Backend {
                         const float* v) = 0;
   // Causal attention through the block tables. q: [n_tokens][n_heads][head_dim],
   // out: same shape. Grouped-query: head h reads kv head h / (n_heads / n_kv_heads).
-  virtual void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q,
-                         int n_heads, float scale, float* out) = 0;
+  // `reach`: the largest position among the tokens, plus one. The caller knows it
+  // on the host, so a device backend need not read the tokens back to size its launch.
+  virtual void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach,
+                         const float* q, int n_heads, float scale, float* out) = 0;
 
   ShapeRegistry& shapes() { return ShapeRegistry::global(); }
 

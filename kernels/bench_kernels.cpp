@@ -207,13 +207,13 @@ int main(int argc, char** argv) {
       std::printf("\nattention %s threads=%d:", be->name().c_str(), threads);
       for (int c : {640, ctx}) {
         const AttnToken decode{table.data(), c - 1};
-        const double t = time_per_call([&] { be->attention(kv, &decode, 1, q.data(), n_heads, 0.125f, out.data()); });
+        const double t = time_per_call([&] { be->attention(kv, &decode, 1, c, q.data(), n_heads, 0.125f, out.data()); });
         std::printf(" decode at context %d %.1f us (%.1f GB/s of K+V);", c, t * 1e6, 2.0 * c * n_kv * hd * 2 / t / 1e9);
       }
       std::vector<AttnToken> chunk(128);
       for (int t = 0; t < 128; ++t) chunk[t] = AttnToken{table.data(), 1024 + t};
       const double t_pre =
-          time_per_call([&] { be->attention(kv, chunk.data(), 128, q.data(), n_heads, 0.125f, out.data()); });
+          time_per_call([&] { be->attention(kv, chunk.data(), 128, 1024 + 128, q.data(), n_heads, 0.125f, out.data()); });
       std::printf(" 128-token prefill at context ~1100 %.2f ms\n", t_pre * 1e3);
     }
   }

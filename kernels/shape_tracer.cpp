@@ -36,10 +36,10 @@ class ShapeTracer final : public Backend {
   void kv_store(const KvLayerView& kv, const AttnToken*, int64_t n_tokens, const float*, const float*) override {
     record(launch_keys::kv_store(kv, n_tokens));
   }
-  void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float*, int n_heads, float,
-                 float*) override {
+  void attention(const KvLayerView& kv, const AttnToken*, int64_t n_tokens, int64_t reach, const float*, int n_heads,
+                 float, float*) override {
     record(launch_keys::attention(kv, n_heads, n_tokens));
-    record(launch_keys::attention_context(kv, launch_keys::attention_reach(toks, n_tokens)));
+    record(launch_keys::attention_context(kv, reach));
   }
 
  protected:

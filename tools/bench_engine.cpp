@@ -9,10 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "inferd_config.h"
+
 #include "engine/gguf_reader.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
 #include "tools/inferctl_commands.hpp"
+#if INFERD_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.hpp"
+#endif
 
 namespace inferd::tools {
 namespace {
@@ -28,11 +33,23 @@ double median(std::vector<double> v) {
 
 constexpr const char* kUsage =
     "usage: inferctl bench engine [--model PATH] [--threads N] [--n-prompt 128,512] [--n-gen 128]\n"
-    "                             [--n-depth 0] [--batch 8] [--repetitions 3]\n"
+    "                             [--n-depth 0] [--batch 8] [--repetitions 3] [--device cpu|cuda[:N]]\n"
     "The engine alone, as JSON: prefill tok/s at each prompt length; decode tok/s at batch 1, n-gen\n"
     "tokens after n-depth tokens already in the KV cache (llama-bench's tg with -d); and the\n"
     "aggregate of --batch streams decoding together. Median of --repetitions runs; seeded random\n"
-    "token ids.\n";
+    "token ids. --device cuda runs on CUDA device N (default 0), in builds with CUDA.\n";
+
+std::unique_ptr<kernels::Backend> make_backend(const std::string& device, int threads) {
+  if (device == "cpu") return kernels::make_cpu_backend(threads);
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+#if INFERD_HAVE_CUDA
+    return kernels::make_cuda_backend(device == "cuda" ? 0 : std::stoi(device.substr(5)));
+#else
+    throw std::invalid_argument("--device " + device + ": this build has no CUDA backend (configure with -Dcuda=enabled)");
+#endif
+  }
+  throw std::invalid_argument("--device must be cpu, cuda or cuda:N, not '" + device + "'");
+}
 
 }  // namespace
 
@@ -41,7 +58,7 @@ int cmd_bench_engine(const Args& args) {
     std::cout << kUsage;
     return 0;
   }
-  args.allow_only({"model", "threads", "repetitions", "n-gen", "n-depth", "batch", "n-prompt"});
+  args.allow_only({"model", "threads", "repetitions", "n-gen", "n-depth", "batch", "n-prompt", "device"});
   const std::string model_path = args.get("model", default_model_path());
   const int threads = args.get_int("threads", 0);
   const int reps = args.get_int("repetitions", 3);
@@ -51,7 +68,7 @@ int cmd_bench_engine(const Args& args) {
   std::vector<int> prompts;
   for (const auto& p : args.get_list("n-prompt", {"128", "512"})) prompts.push_back(std::stoi(p));
 
-  auto backend = kernels::make_cpu_backend(threads);
+  auto backend = make_backend(args.get("device", "cpu"), threads);
   auto file = engine::GgufFile::open(model_path);
   auto model = engine::load_model(*file, *backend);
   const auto& mc = model->config();

@@ -48,6 +48,7 @@ class LlamaModel final : public Model {
     float* gate = gate_.reserve(be_, T * cfg_.ffn_dim);
     float* up = up_.reserve(be_, T * cfg_.ffn_dim);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const int64_t reach = *std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1};
 
     be_.get_rows(tok_embd_, in.tokens, T, x);
     for (int l = 0; l < cfg_.n_layers; ++l) {
@@ -60,7 +61,7 @@ class LlamaModel final : public Model {
       be_.rope(q, in.positions, T, H, hd, cfg_.rope);
       be_.rope(k, in.positions, T, Hkv, hd, cfg_.rope);
       be_.kv_store(kvl, in.attn, T, k, v);
-      be_.attention(kvl, in.attn, T, q, H, scale, att);
+      be_.attention(kvl, in.attn, T, reach, q, H, scale, att);
       be_.matmul(L.wo, att, T, h);
       be_.add(x, h, T * D);
 

@@ -233,11 +233,11 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads,
-                 float scale, float* out) override {
-    const int32_t max_pos = static_cast<int32_t>(launch_keys::attention_reach(toks, n_tokens)) - 1;
+  void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach, const float* q,
+                 int n_heads, float scale, float* out) override {
+    const int32_t max_pos = static_cast<int32_t>(reach) - 1;
     LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
-    LaunchScope reach(launch_keys::attention_context(kv, max_pos + 1));
+    LaunchScope context(launch_keys::attention_context(kv, max_pos + 1));
     if (n_tokens <= 0) return;
     if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
       throw std::invalid_argument("attention: heads not a multiple of kv heads, or head_dim too large");

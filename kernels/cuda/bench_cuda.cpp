@@ -98,7 +98,7 @@ void bench_attention(Backend& be, double roofline) {
       const KvLayerView kv{DType::F16, k.data(), v.data(), bs, n_kv, hd};
       auto run = [&](int reps) {
         for (int i = 0; i < reps; ++i)
-          be.attention(kv, dtoks.as<AttnToken>(), n_seqs, dq.as<float>(), n_heads, 0.088f, out.as<float>());
+          be.attention(kv, dtoks.as<AttnToken>(), n_seqs, ctx, dq.as<float>(), n_heads, 0.088f, out.as<float>());
         float probe;
         be.download(&probe, out.data(), sizeof(float));
       };

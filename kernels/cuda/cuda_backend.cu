@@ -48,28 +48,6 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
-// Page-locked host memory that only grows: small device-to-host reads into it
-// skip the driver's staging copy.
-template <class T>
-class PinnedArray {
- public:
-  ~PinnedArray() { cudaFreeHost(data_); }
-  T* get(size_t n, const char* what) {
-    if (n > size_) {
-      check(cudaFreeHost(data_), what);
-      data_ = nullptr;
-      size_ = 0;
-      check(cudaHostAlloc(reinterpret_cast<void**>(&data_), n * sizeof(T), cudaHostAllocDefault), what);
-      size_ = n;
-    }
-    return data_;
-  }
-
- private:
-  T* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -182,8 +160,8 @@ class CudaBackend final : public Backend {
     cuda::kv_store(kv, toks, n_tokens, k, v, stream_);
   }
 
-  void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads,
-                 float scale, float* out) override {
+  void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach_pos, const float* q,
+                 int n_heads, float scale, float* out) override {
     if (n_tokens <= 0) {
       LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
       LaunchScope reach(launch_keys::attention_context(kv, 1));
@@ -191,13 +169,6 @@ class CudaBackend final : public Backend {
     }
     check_tokens(n_tokens, "attention");
     select();
-    // The context key and the split need the step's furthest position, which
-    // lives in device memory: read the token array back (a wait for the stream).
-    AttnToken* host_toks = host_toks_.get(n_tokens, "attention: cudaHostAlloc");
-    check(cudaMemcpyAsync(host_toks, toks, n_tokens * sizeof(AttnToken), cudaMemcpyDeviceToHost, stream_),
-          "attention: cudaMemcpyAsync");
-    sync("attention");
-    const int64_t reach_pos = launch_keys::attention_reach(host_toks, n_tokens);
     LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
     LaunchScope reach(launch_keys::attention_context(kv, reach_pos));
     if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
@@ -235,7 +206,6 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   int* bad_id_ = nullptr;
   Scratch act_, attn_;
-  PinnedArray<AttnToken> host_toks_;
 };
 
 }  // namespace

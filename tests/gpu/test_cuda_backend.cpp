@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/launch_keys.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/half.hpp"
@@ -356,9 +357,10 @@ TEST_CASE("kv_store and paged attention match the CPU: decode, prefill and mixed
           const float scale = 1.0f / std::sqrt(float(hd));
           std::vector<float> want(n * n_heads * hd);
           const auto ct = c.cpu_toks(s.toks);
-          cpu().attention(c.cpu_view(), ct.data(), n, q.data(), n_heads, scale, want.data());
+          const int64_t reach = launch_keys::attention_reach(ct.data(), n);
+          cpu().attention(c.cpu_view(), ct.data(), n, reach, q.data(), n_heads, scale, want.data());
           Buffer gt = c.gpu_toks(s.toks), dq = to_gpu(q), out = poisoned(want.size());
-          gpu().attention(c.gpu_view(), gt.as<AttnToken>(), n, dq.as<float>(), n_heads, scale, out.as<float>());
+          gpu().attention(c.gpu_view(), gt.as<AttnToken>(), n, reach, dq.as<float>(), n_heads, scale, out.as<float>());
           // f16 cache: the CPU rounds each probability to f16 (relative 2^-11), the
           // GPU keeps them in float; outputs are averages of values in [-1, 1].
           expect_close("attention " + what, from_gpu<float>(out, want.size()), want,
@@ -392,11 +394,11 @@ TEST_CASE("the CUDA backend registers the same launch keys as the CPU backend") 
   const auto ct = c.cpu_toks(toks);
   const auto on_gpu = keys_of([&] {
     gpu().matmul(w.device, dx.as<float>(), 5, dy.as<float>());
-    gpu().attention(c.gpu_view(), gt.as<AttnToken>(), 1, dq.as<float>(), 8, 0.125f, dout.as<float>());
+    gpu().attention(c.gpu_view(), gt.as<AttnToken>(), 1, 300, dq.as<float>(), 8, 0.125f, dout.as<float>());
   });
   const auto on_cpu = keys_of([&] {
     cpu().matmul(w.host, x.data(), 5, y.data());
-    cpu().attention(c.cpu_view(), ct.data(), 1, q.data(), 8, 0.125f, out.data());
+    cpu().attention(c.cpu_view(), ct.data(), 1, 300, q.data(), 8, 0.125f, out.data());
   });
   CHECK(on_gpu.size() == 3);
   CHECK(on_gpu == on_cpu);

@@ -87,12 +87,13 @@ class DeviceLikeBackend final : public kernels::Backend {
     check_tokens(kv, t, n);
     cpu_->kv_store(kv, t, n, k, v);
   }
-  void attention(const kernels::KvLayerView& kv, const kernels::AttnToken* t, int64_t n, const float* q, int heads,
+  void attention(const kernels::KvLayerView& kv, const kernels::AttnToken* t, int64_t n, int64_t reach, const float* q,
+                 int heads,
                  float scale, float* out) override {
     check_tokens(kv, t, n);
     check(q, n * heads * kv.head_dim * 4, "attention q");
     check(out, n * heads * kv.head_dim * 4, "attention out");
-    cpu_->attention(kv, t, n, q, heads, scale, out);
+    cpu_->attention(kv, t, n, reach, q, heads, scale, out);
   }
 
   size_t allocated() const { return allocated_; }

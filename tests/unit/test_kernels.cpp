@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/launch_keys.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/half.hpp"
@@ -652,7 +653,8 @@ TEST_CASE("attention over shuffled blocks matches dense softmax attention") {
               const size_t n = use.size();
               const auto q = random_floats(n * n_heads * hd, 41, -2.0f, 2.0f);
               std::vector<float> out(n * n_heads * hd, NAN);
-              be->attention(c.view(), use.data(), int64_t(n), q.data(), n_heads, scale, out.data());
+              be->attention(c.view(), use.data(), int64_t(n), launch_keys::attention_reach(use.data(), int64_t(n)), q.data(),
+                            n_heads, scale, out.data());
               double worst = 0;
               for (size_t t = 0; t < n; ++t)
                 for (int h = 0; h < n_heads; ++h) {
@@ -691,7 +693,7 @@ TEST_CASE("attention rounds the probabilities to f16 for an f16 cache, like the 
       const std::vector<float> q(hd, 1.0f);
       std::vector<float> out(hd);
       const AttnToken tok{table, 2};
-      be->attention(kv, &tok, 1, q.data(), 1, 1.0f, out.data());
+      be->attention(kv, &tok, 1, 3, q.data(), 1, 1.0f, out.data());
       const double want = type == DType::F16 ? 3 * 1000.0 * fp16_to_fp32(fp32_to_fp16(1.0f / 3)) : 1000.0;
       CHECK_MESSAGE(std::fabs(out[0] - want) < 1e-3, be->name(), " ", traits(type).name, " got ", out[0]);
     }
