@@ -69,8 +69,9 @@ class Daemon {
   ServedModel& served_model() { return served_model_; }
   engine::StepHeartbeat& heartbeat() { return heartbeat_; }
   const SystemdNotifier& notifier() const { return notifier_; }
-  // The supervisor loop; monitors may schedule their own timers on it.
-  boost::asio::io_context& supervisor() { return io_; }
+  // The io_context run() runs: the supervisor loop. Monitors may schedule their
+  // own timers on it.
+  boost::asio::io_context& supervisor_loop() { return io_; }
 
   // The default load hook: the model file must be a readable regular file.
   static void check_model_file(Daemon& daemon);

@@ -88,7 +88,7 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
       engines_(engines),
       warmup_(warmup),
       enabled_(daemon.config().health.enable),
-      timer_(daemon.supervisor()),
+      timer_(daemon.supervisor_loop()),
       scanner_(scanner_options(daemon.config().health)),
       psi_(psi_options(daemon.config().health), health::Procfs(daemon.config().health.procfs_root)),
       meminfo_(meminfo_options(daemon.config().health), health::Procfs(daemon.config().health.procfs_root)),
@@ -177,7 +177,7 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
           if (quitting_) return;
         }
         if (psi_trigger_->wait(milliseconds(200)) == health::PsiTrigger::Wait::Fired)
-          boost::asio::post(daemon_.supervisor(), [this] { sample_and_act(true); });
+          boost::asio::post(daemon_.supervisor_loop(), [this] { sample_and_act(true); });
       }
     });
   } else {
