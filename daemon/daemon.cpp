@@ -223,8 +223,10 @@ void Daemon::reload() {
     const Config fresh = load_config(cmd_);
     set_log_level(parse_log_level(fresh.log.level).value_or(spdlog::level::info));
     spdlog::info("SIGHUP: log level {}", fresh.log.level);
+    for (const std::string& warning : fresh.deprecated) spdlog::warn("SIGHUP: {}", warning);
     Config rest = fresh;
     rest.log.level = config_.log.level;
+    rest.deprecated = config_.deprecated;  // a key's name, not its value
     if (!(rest == config_)) spdlog::warn("SIGHUP: only [log] level reloads; restart inferd to apply the other changes");
   } catch (const ConfigError& e) {
     spdlog::error("SIGHUP: {}; keeping the running configuration", e.what());
@@ -302,9 +304,9 @@ void Daemon::watchdog_tick() {
       watchdog_pings_->inc();
     }
     if (healthy != watchdog_healthy_) {
-      if (healthy) spdlog::info("watchdog: engine step heartbeat healthy again; pinging systemd");
+      if (healthy) spdlog::info("systemd watchdog: engine step heartbeat healthy again; pinging systemd");
       else
-        spdlog::error("watchdog: engine step heartbeat unhealthy (step age {:.1f} s); not pinging systemd",
+        spdlog::error("systemd watchdog: engine step heartbeat unhealthy (step age {:.1f} s); not pinging systemd",
                       std::chrono::duration<double>(heartbeat_.step_age()).count());
       watchdog_healthy_ = healthy;
     }

@@ -49,8 +49,8 @@ health::PsiOptions psi_options(const HealthConfig& h) {
 MonitorIntervals intervals(const HealthConfig& h) {
   auto every = [&](int ms) { return milliseconds(ms > 0 ? ms : h.interval_ms); };
   MonitorIntervals e{every(h.psi_interval_ms), every(h.meminfo_interval_ms), every(h.process_interval_ms),
-                     every(h.log_interval_ms), every(h.watchdog_interval_ms), {}};
-  e.tick = std::min({milliseconds(h.interval_ms), e.psi, e.meminfo, e.process, e.log, e.step});
+                     every(h.log_interval_ms), every(h.step_deadline_interval_ms), {}};
+  e.tick = std::min({milliseconds(h.interval_ms), e.psi, e.meminfo, e.process, e.log, e.step_deadline});
   return e;
 }
 
@@ -61,8 +61,8 @@ MonitorSettings monitor_settings(const HealthConfig& h) {
           .psi = psi_options(h),
           .meminfo = meminfo_options(h),
           .process = {.rss_growth_warn = h.rss_growth_warn},
-          .step = {.floor = duration_cast<nanoseconds>(duration<double>(h.watchdog_floor_s)),
-                   .p99_factor = h.watchdog_p99_factor},
+          .step_deadline = {.floor = duration_cast<nanoseconds>(duration<double>(h.step_deadline_floor_s)),
+                   .p99_factor = h.step_deadline_p99_factor},
           .probe = {.budget = milliseconds(h.probe_budget_ms)},
           .policy = {.calm_samples_to_unshed = h.calm_samples_to_unshed,
                      .max_recoveries = h.max_recoveries,

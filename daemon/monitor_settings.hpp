@@ -10,13 +10,13 @@
 #include "health/policy.hpp"
 #include "health/process_monitor.hpp"
 #include "health/psi_monitor.hpp"
-#include "health/step_watchdog.hpp"
+#include "health/step_deadline.hpp"
 
 namespace inferd::daemon {
 
 // How often each monitor is sampled; the supervisor ticks at the shortest.
 struct MonitorIntervals {
-  std::chrono::milliseconds psi, meminfo, process, log, step;
+  std::chrono::milliseconds psi, meminfo, process, log, step_deadline;
   std::chrono::milliseconds tick;
 };
 
@@ -25,7 +25,7 @@ struct MonitorSettings {
   health::PsiOptions psi;
   health::MeminfoOptions meminfo;
   health::ProcessOptions process;
-  health::StepWatchdogOptions step;
+  health::StepDeadlineOptions step_deadline;
   health::ProbeOptions probe;
   health::PolicyOptions policy;
   MonitorIntervals every;

@@ -32,7 +32,7 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost& engines, std::function<
       psi_(s.psi, procfs(daemon)),
       meminfo_(s.meminfo, procfs(daemon)),
       process_(s.process, procfs(daemon)),
-      step_(daemon.heartbeat(), s.step),
+      step_deadline_(daemon.heartbeat(), s.step_deadline),
       probe_(s.probe),
       policy_(s.policy) {
   const HealthConfig& h = daemon.config().health;
@@ -40,7 +40,7 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost& engines, std::function<
   mem_obs_.every = every_.meminfo;
   proc_obs_.every = every_.process;
   log_obs_.every = every_.log;
-  step_obs_.every = every_.step;
+  step_obs_.every = every_.step_deadline;
   if (h.min_available_bytes > 0) {
     const auto m = meminfo_.sample();
     if (m.available && m.mem_available < static_cast<uint64_t>(h.min_available_bytes))
@@ -145,7 +145,7 @@ std::optional<health::ProbeResult> HealthSampler::probe_now() {
 // without anything being wrong. (A p99 over every step understates that: a
 // 10-minute soak with long prompts made one probe late at 3 x 14 x that p99.)
 milliseconds HealthSampler::probe_budget() const {
-  const double slowest_s = duration<double>(step_.slowest()).count();
+  const double slowest_s = duration<double>(step_deadline_.slowest()).count();
   return milliseconds(static_cast<int64_t>(3e3 * (probe_.max_tokens() + 2) * slowest_s));
 }
 
@@ -185,9 +185,9 @@ MonitorSample HealthSampler::sample(bool pressure_now) {
   const auto& hb = daemon_.heartbeat();
   if (const uint64_t steps = hb.steps_completed(); steps != steps_seen_) {
     steps_seen_ = steps;
-    step_.record_step(duration_cast<nanoseconds>(hb.last_step()));
+    step_deadline_.record_step(duration_cast<nanoseconds>(hb.last_step()));
   }
-  out.signals.push_back(step_obs_.get(now, all, [&] { return step_.sample(); }).signal);
+  out.signals.push_back(step_obs_.get(now, all, [&] { return step_deadline_.sample(); }).signal);
   if (probe_failed_.exchange(false)) out.signals.push_back(probe_.signal());
   return out;
 }
@@ -209,7 +209,7 @@ std::vector<MonitorSampleCount> HealthSampler::sample_counts() const {
           {"meminfo", n(mem_obs_)},
           {"process", n(proc_obs_)},
           {"log", n(log_obs_)},
-          {"step_watchdog", n(step_obs_)}};
+          {"step_deadline", n(step_obs_)}};
 }
 
 }  // namespace inferd::daemon

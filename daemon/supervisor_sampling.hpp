@@ -108,7 +108,7 @@ class HealthSampler {
   health::PsiMonitor psi_;
   health::MeminfoMonitor meminfo_;
   health::ProcessMonitor process_;
-  health::StepWatchdog step_;
+  health::StepDeadlineMonitor step_deadline_;
   health::GenerationProbe probe_;
   std::mutex policy_mu_;  // the status report reads the budget from HTTP threads
   health::Policy policy_;
