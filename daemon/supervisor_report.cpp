@@ -126,7 +126,7 @@ std::string supervisor_json(const SupervisorStatus& s) {
 
 std::string probe_json(const health::ProbeResult& r) {
   json::object o{{"ok", r.ran && r.ok}, {"ran", r.ran}, {"text", r.text}, {"seconds", r.seconds},
-                 {"reason", r.ran ? r.reason : std::string("no probe has run yet")}};
+                 {"reason", r.ran ? r.reason : std::string("no generation probe has run yet")}};
   if (r.ran) o["at"] = unix_seconds(r.at);
   return json::serialize(o);
 }
@@ -141,7 +141,7 @@ void register_supervisor_routes(HttpServer& http, const std::string& api_key, Su
   http.route("POST", "/admin/probe", [api_key, probe_now = routes.probe_now](const Request& req) {
     check_admin_access(req, api_key);
     const auto r = probe_now();
-    if (!r) throw HttpError(503, "no probe before the warm-up gate has opened");
+    if (!r) throw HttpError(503, "no generation probe before the warm-up gate has opened");
     return Response::json(r->ok ? 200 : 503, probe_json(*r));
   });
   http.route("GET", "/admin/supervisor", [api_key, status = routes.status](const Request& req) {

@@ -88,7 +88,7 @@ void HealthSampler::take_baselines() {
   process_.capture_baseline();
   scanner_.mark_baseline();
   probe_soon();  // the first probe captures the golden
-  spdlog::info("supervisor: baselines taken (memory, RSS, error lines); capturing the probe's golden answer");
+  spdlog::info("supervisor: baselines taken (memory, RSS, error lines); capturing the generation probe's golden answer");
 }
 
 void HealthSampler::rebaseline() {
@@ -122,8 +122,8 @@ void HealthSampler::probe_loop() {
     lk.unlock();
     if (!probe_.has_golden()) {
       const auto r = probe_.capture_golden(*eng);
-      if (r.ok) spdlog::info("supervisor: probe golden '{}' ({:.0f} ms)", r.text, r.seconds * 1e3);
-      else spdlog::error("supervisor: could not capture the probe's golden: {}", r.reason);
+      if (r.ok) spdlog::info("supervisor: generation probe golden '{}' ({:.0f} ms)", r.text, r.seconds * 1e3);
+      else spdlog::error("supervisor: could not capture the generation probe's golden: {}", r.reason);
     } else if (const auto r = probe_.run(*eng, probe_budget()); !r.ok) {
       probe_failed_ = true;
       spdlog::error("supervisor: generation probe failed: {}", r.reason);

@@ -80,7 +80,7 @@ TEST_SUITE("lifecycle") {
         Lifecycle lc;
         reach(lc, from);
         const auto before = lc.transition_counts();
-        const bool ok = lc.transition(to, "probe");
+        const bool ok = lc.transition(to, "every edge");
         CHECK(ok == Lifecycle::allowed(from, to));
         CHECK(lc.state() == (ok ? to : from));
         const auto after = lc.transition_counts();
