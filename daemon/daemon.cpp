@@ -59,7 +59,7 @@ Daemon::Daemon(Config config, CommandLine cmd)
   last_tick_ = std::chrono::steady_clock::now().time_since_epoch().count();
   set_log_lifecycle(&lifecycle_);
   lifecycle_.on_change([this](State from, State to, std::string_view reason) { on_transition(from, to, reason); });
-  lifecycle_.on_phase([this](State state, std::string_view phase) { on_phase(state, phase); });
+  lifecycle_.on_activity([this](State state, std::string_view activity) { on_activity(state, activity); });
   register_metrics();
   if (!config_.parallel.headless) http_ = std::make_unique<HttpServer>(http_options(config_.server), &metrics_);
 }
@@ -132,8 +132,8 @@ void Daemon::on_transition(State from, State to, std::string_view reason) {
   }
 }
 
-void Daemon::on_phase(State state, std::string_view phase) {
-  notifier_.status(phase.empty() ? std::string(to_string(state)) : fmt::format("{}: {}", to_string(state), phase));
+void Daemon::on_activity(State state, std::string_view activity) {
+  notifier_.status(activity.empty() ? std::string(to_string(state)) : fmt::format("{}: {}", to_string(state), activity));
 }
 
 int Daemon::run() {

@@ -78,7 +78,7 @@ class Daemon {
 
  private:
   void on_transition(State from, State to, std::string_view reason);
-  void on_phase(State state, std::string_view phase);
+  void on_activity(State state, std::string_view activity);
   void register_metrics();
   void start_up();
   void wait_signals();

@@ -49,7 +49,7 @@ void SupervisorActions::act(const health::Decision& d) {
     case health::Action::None: break;
     case health::Action::Shed:
       sheds_->inc();
-      if (lc.transition(State::Degraded, d.reason)) lc.set_phase("shedding load: " + d.reason);
+      if (lc.transition(State::Degraded, d.reason)) lc.set_activity("shedding load: " + d.reason);
       set_outcome(id, std::string("state ") + std::string(to_string(lc.state())));
       break;
     case health::Action::Unshed:
@@ -91,7 +91,7 @@ void SupervisorActions::recover(std::string reason, uint64_t decision) {
   try {
     auto eng = engines_.engine();
     const int timeout = daemon_.config().health.reset_timeout_ms;
-    lc.set_phase("resetting the engine");
+    lc.set_activity("resetting the engine");
     if (!eng->reset(reason, milliseconds(timeout)))
       return failed(fmt::format("the engine did not leave its step within {} ms of a reset ({})", timeout, reason));
     if (!lc.transition(State::Warming, "engine reset; warming again")) return set_outcome(decision, "interrupted");

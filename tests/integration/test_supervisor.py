@@ -122,7 +122,7 @@ def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
     assert (unshed["action"], unshed["outcome"]) == ("unshed", "state Serving")
     assert "[decision=1 action=shed level=shed monitors=log] supervisor: shed" in d.output()
     status = subprocess.run([str(INFERCTL), "status", "--url", d.url], capture_output=True, text=True, timeout=30)
-    assert "\nlast:    #2 unshed: calm for 8 samples -> state Serving\n" in status.stdout, status.stdout
+    assert "\nlast:     #2 unshed: calm for 8 samples -> state Serving\n" in status.stdout, status.stdout
     print(f"error line: shed {detect:.2f} s after it was written")
 
 
@@ -143,7 +143,7 @@ def test_replayed_memory_and_pressure_traces_shed_and_unshed(start_daemon, tmp_p
     # MemAvailable under the shed floor (15% of 16 GB).
     write_proc(tmp_path, 1_500_000)
     wait_state(d, {"Degraded"}, 5)
-    assert "MemAvailable" in d.get("/health/ready").json()["phase"]
+    assert "MemAvailable" in d.get("/health/ready").json()["activity"]
     write_proc(tmp_path, 10_000_000)
     wait_state(d, {"Serving"}, 10)
     # Memory pressure stall above the shed threshold.
