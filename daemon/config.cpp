@@ -217,14 +217,15 @@ const std::vector<Key>& keys() {
       int_key("warmup", "sustained_prompt_tokens", "", &C::warmup, &warmup::WarmupOptions::sustained_prompt_tokens,
               1, 1 << 24, ""),
       bool_key("health", "enable", "supervise", &C::health, &HealthConfig::enable,
-               "watch pressure, error lines, heartbeats and probes, and recover"),
+               "watch pressure, error lines, heartbeats and generation probes, and recover"),
       int_key("health", "interval_ms", "health-interval-ms", &C::health, &HealthConfig::interval_ms, 10, 60000,
               "how often the supervisor samples its monitors"),
       int_key("health", "psi_interval_ms", "", &C::health, &HealthConfig::psi_interval_ms, 0, 60000, ""),
       int_key("health", "meminfo_interval_ms", "", &C::health, &HealthConfig::meminfo_interval_ms, 0, 60000, ""),
       int_key("health", "process_interval_ms", "", &C::health, &HealthConfig::process_interval_ms, 0, 60000, ""),
       int_key("health", "log_interval_ms", "", &C::health, &HealthConfig::log_interval_ms, 0, 60000, ""),
-      int_key("health", "watchdog_interval_ms", "", &C::health, &HealthConfig::watchdog_interval_ms, 0, 60000, ""),
+      int_key("health", "step_deadline_interval_ms", "", &C::health, &HealthConfig::step_deadline_interval_ms, 0, 60000,
+              ""),
       string_key("health", "procfs_root", "procfs-root", &C::health, &HealthConfig::procfs_root,
                  "where /proc is read from", not_empty),
       bool_key("health", "capture_stderr", "", &C::health, &HealthConfig::capture_stderr, ""),
@@ -232,9 +233,11 @@ const std::vector<Key>& keys() {
       float_key("health", "probe_interval_s", "probe-interval", &C::health, &HealthConfig::probe_interval_s, 0, 86400,
                 "seconds between generation probes; 0: on demand only"),
       int_key("health", "probe_budget_ms", "", &C::health, &HealthConfig::probe_budget_ms, 10, 3600000, ""),
-      float_key("health", "watchdog_floor_s", "watchdog-floor", &C::health, &HealthConfig::watchdog_floor_s, 0.01,
-                86400, "shortest step deadline before a wedge is suspected"),
-      float_key("health", "watchdog_p99_factor", "", &C::health, &HealthConfig::watchdog_p99_factor, 1, 1e6, ""),
+      float_key("health", "step_deadline_floor_s", "step-deadline-floor", &C::health,
+                &HealthConfig::step_deadline_floor_s, 0.01, 86400,
+                "shortest step deadline before a wedge is suspected"),
+      float_key("health", "step_deadline_p99_factor", "", &C::health, &HealthConfig::step_deadline_p99_factor, 1, 1e6,
+                ""),
       int_key("health", "mem_warn_bytes", "", &C::health, &HealthConfig::mem_warn_bytes, 0, int64_t{1} << 50, ""),
       float_key("health", "mem_warn_fraction", "", &C::health, &HealthConfig::mem_warn_fraction, 0, 1, ""),
       int_key("health", "mem_shed_bytes", "", &C::health, &HealthConfig::mem_shed_bytes, 0, int64_t{1} << 50, ""),
@@ -261,6 +264,29 @@ const std::vector<Key>& keys() {
   return table;
 }
 
+// Keys (and their flags) read under an old name, each with a warning: the step
+// deadline monitor's keys said "watchdog", which is systemd's WATCHDOG=1.
+struct Renamed {
+  std::string_view section, old_name, name, old_flag;
+};
+constexpr Renamed kRenamed[] = {
+    {"health", "watchdog_interval_ms", "step_deadline_interval_ms", ""},
+    {"health", "watchdog_floor_s", "step_deadline_floor_s", "watchdog-floor"},
+    {"health", "watchdog_p99_factor", "step_deadline_p99_factor", ""},
+};
+
+const Renamed* renamed_key(std::string_view section, std::string_view old_name) {
+  for (const Renamed& r : kRenamed)
+    if (r.section == section && r.old_name == old_name) return &r;
+  return nullptr;
+}
+
+const Renamed* renamed_flag(std::string_view old_flag) {
+  for (const Renamed& r : kRenamed)
+    if (!r.old_flag.empty() && r.old_flag == old_flag) return &r;
+  return nullptr;
+}
+
 constexpr std::string_view kSections[] = {"server", "model", "engine", "parallel", "log", "warmup", "health"};
 
 const Key* find_key(std::string_view section, std::string_view name) {
@@ -269,9 +295,11 @@ const Key* find_key(std::string_view section, std::string_view name) {
   return nullptr;
 }
 
+// Also finds a key by its old flag (see kRenamed).
 const Key* find_flag(std::string_view flag) {
   for (const Key& k : keys())
     if (!k.flag.empty() && k.flag == flag) return &k;
+  if (const Renamed* r = renamed_flag(flag)) return find_key(r->section, r->name);
   return nullptr;
 }
 
@@ -341,6 +369,10 @@ void apply_toml(Config& cfg, std::string_view text, std::string_view source, Ori
       const auto line = key.source().begin.line;
       const std::string where = fmt::format("{}:{}: [{}] {}", source, line, section, key.str());
       const Key* k = find_key(section, key.str());
+      if (const Renamed* r = k ? nullptr : renamed_key(section, key.str())) {
+        k = find_key(section, r->name);
+        cfg.deprecated.push_back(fmt::format("{}: deprecated name; call it {}", where, r->name));
+      }
       if (k == nullptr) throw ConfigError(where + ": unknown key");
       auto value = from_toml(node, k->kind);
       if (!value) {
@@ -479,6 +511,7 @@ Config load_config(const CommandLine& cmd) {
   for (const auto& [flag, text] : cmd.overrides) {
     const Key* k = find_flag(flag);
     if (k == nullptr) throw ConfigError(fmt::format("--{}: unknown flag (see --help)", flag));
+    if (renamed_flag(flag)) cfg.deprecated.push_back(fmt::format("--{}: deprecated name; use --{}", flag, k->flag));
     apply(cfg, *k, from_flag(*k, flag, text), "--" + flag, origins);
   }
   check_across_keys(cfg, origins);

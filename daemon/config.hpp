@@ -82,14 +82,14 @@ struct HealthConfig {
   int meminfo_interval_ms = 0;
   int process_interval_ms = 1000;        // counting open fds walks /proc/self/fd
   int log_interval_ms = 0;
-  int watchdog_interval_ms = 0;
+  int step_deadline_interval_ms = 0;
   std::string procfs_root = "/proc";     // tests point it at recorded files
   bool capture_stderr = true;            // scan our own (and children's) stderr
   std::string log_patterns;              // extra patterns, one per line: "category level regex"
   double probe_interval_s = 30;          // 0: only on POST /admin/probe
   int probe_budget_ms = 10000;
-  double watchdog_floor_s = 10;          // a step older than max(floor, k x p99) is a wedge
-  double watchdog_p99_factor = 10;
+  double step_deadline_floor_s = 10;     // a step older than max(floor, k x p99) is a wedge
+  double step_deadline_p99_factor = 10;
   int64_t mem_warn_bytes = 12'000'000'000;
   double mem_warn_fraction = 0.25;       // of MemTotal; the smaller floor applies
   int64_t mem_shed_bytes = int64_t{8} << 30;
@@ -118,6 +118,9 @@ struct Config {
   LogConfig log;
   warmup::WarmupOptions warmup;
   HealthConfig health;
+  // One warning per key or flag given under a deprecated name, logged once
+  // logging is up.
+  std::vector<std::string> deprecated;
   bool operator==(const Config&) const = default;
 
   // The name /v1/models reports: served_model_name, else the model file's name

@@ -59,7 +59,7 @@ Daemon::Daemon(Config config, CommandLine cmd)
   last_tick_ = std::chrono::steady_clock::now().time_since_epoch().count();
   set_log_lifecycle(&lifecycle_);
   lifecycle_.on_change([this](State from, State to, std::string_view reason) { on_transition(from, to, reason); });
-  lifecycle_.on_phase([this](State state, std::string_view phase) { on_phase(state, phase); });
+  lifecycle_.on_activity([this](State state, std::string_view activity) { on_activity(state, activity); });
   register_metrics();
   if (!config_.parallel.headless) http_ = std::make_unique<HttpServer>(http_options(config_.server), &metrics_);
 }
@@ -132,8 +132,8 @@ void Daemon::on_transition(State from, State to, std::string_view reason) {
   }
 }
 
-void Daemon::on_phase(State state, std::string_view phase) {
-  notifier_.status(phase.empty() ? std::string(to_string(state)) : fmt::format("{}: {}", to_string(state), phase));
+void Daemon::on_activity(State state, std::string_view activity) {
+  notifier_.status(activity.empty() ? std::string(to_string(state)) : fmt::format("{}: {}", to_string(state), activity));
 }
 
 int Daemon::run() {
@@ -223,8 +223,10 @@ void Daemon::reload() {
     const Config fresh = load_config(cmd_);
     set_log_level(parse_log_level(fresh.log.level).value_or(spdlog::level::info));
     spdlog::info("SIGHUP: log level {}", fresh.log.level);
+    for (const std::string& warning : fresh.deprecated) spdlog::warn("SIGHUP: {}", warning);
     Config rest = fresh;
     rest.log.level = config_.log.level;
+    rest.deprecated = config_.deprecated;  // a key's name, not its value
     if (!(rest == config_)) spdlog::warn("SIGHUP: only [log] level reloads; restart inferd to apply the other changes");
   } catch (const ConfigError& e) {
     spdlog::error("SIGHUP: {}; keeping the running configuration", e.what());
@@ -302,9 +304,9 @@ void Daemon::watchdog_tick() {
       watchdog_pings_->inc();
     }
     if (healthy != watchdog_healthy_) {
-      if (healthy) spdlog::info("watchdog: engine step heartbeat healthy again; pinging systemd");
+      if (healthy) spdlog::info("systemd watchdog: engine step heartbeat healthy again; pinging systemd");
       else
-        spdlog::error("watchdog: engine step heartbeat unhealthy (step age {:.1f} s); not pinging systemd",
+        spdlog::error("systemd watchdog: engine step heartbeat unhealthy (step age {:.1f} s); not pinging systemd",
                       std::chrono::duration<double>(heartbeat_.step_age()).count());
       watchdog_healthy_ = healthy;
     }

@@ -69,15 +69,16 @@ class Daemon {
   ServedModel& served_model() { return served_model_; }
   engine::StepHeartbeat& heartbeat() { return heartbeat_; }
   const SystemdNotifier& notifier() const { return notifier_; }
-  // The supervisor loop; monitors may schedule their own timers on it.
-  boost::asio::io_context& supervisor() { return io_; }
+  // The io_context run() runs: the supervisor loop. Monitors may schedule their
+  // own timers on it.
+  boost::asio::io_context& supervisor_loop() { return io_; }
 
   // The default load hook: the model file must be a readable regular file.
   static void check_model_file(Daemon& daemon);
 
  private:
   void on_transition(State from, State to, std::string_view reason);
-  void on_phase(State state, std::string_view phase);
+  void on_activity(State state, std::string_view activity);
   void register_metrics();
   void start_up();
   void wait_signals();

@@ -66,7 +66,7 @@ void EngineHost::load(Daemon& d) {
   spdlog::info("loading {}", cfg.model.path);
   const auto start = std::chrono::steady_clock::now();
   engine::EngineOptions opts = engine_options(cfg);
-  // The phase (systemd's STATUS=, /health/ready) moves once per stage and 10 %
+  // The activity (systemd's STATUS=, /health/ready) moves once per stage and 10 %
   // step, no more often, so even a fast load sends the same handful of messages.
   using Step = std::pair<std::string_view, int>;  // stage, tens of percent
   opts.on_load_progress = [this, &d, shown = Step()](const engine::LoadProgress& p) mutable {
@@ -76,7 +76,7 @@ void EngineHost::load(Daemon& d) {
     const Step step{p.stage, percent(p) / 10};
     if (step == shown) return;
     shown = step;
-    d.lifecycle().set_phase(describe(p));
+    d.lifecycle().set_activity(describe(p));
   };
   auto eng = std::make_shared<engine::Engine>(opts, &d.heartbeat());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

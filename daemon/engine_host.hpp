@@ -1,6 +1,6 @@
 // Puts the engine into the daemon: registers the OpenAI routes, builds the engine
 // from the configuration at Loading (the model loads, the scheduler starts; its
-// progress goes to the Loading phase and /metrics), publishes the served model,
+// progress goes to the Loading state's activity and /metrics), publishes the served model,
 // and keeps it alive for as long as the daemon runs.
 #pragma once
 #include <atomic>

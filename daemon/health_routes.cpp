@@ -18,9 +18,9 @@ namespace {
 // Long enough not to hammer a loading daemon, short enough to notice it is ready.
 constexpr const char* kRetryAfterSeconds = "5";
 
-std::string not_ready_message(State state, const std::string& phase) {
+std::string not_ready_message(State state, const std::string& activity) {
   std::string msg = "inferd is " + std::string(to_string(state));
-  if (!phase.empty()) msg += " (" + phase + ")";
+  if (!activity.empty()) msg += " (" + activity + ")";
   switch (state) {
     case State::Draining:
     case State::Stopped: return msg + " and will not serve again";
@@ -60,14 +60,15 @@ void register_health_routes(HttpServer& http, const Lifecycle& lifecycle, const 
       "GET", "/health/ready",
       [&lifecycle](const Request&) {
         const State state = lifecycle.state();
-        const std::string phase = lifecycle.phase();
-        boost::json::object body{{"state", to_string(state)}, {"phase", phase}};
+        const std::string activity = lifecycle.activity();
+        // "phase": the same text under its old name, for existing clients.
+        boost::json::object body{{"state", to_string(state)}, {"activity", activity}, {"phase", activity}};
         if (state == State::Serving) {
           body["status"] = "ready";
           return Response::json(200, boost::json::serialize(body));
         }
         body["status"] = "not_ready";
-        body["error"] = error_object(503, not_ready_message(state, phase));
+        body["error"] = error_object(503, not_ready_message(state, activity));
         Response r = Response::json(503, boost::json::serialize(body));
         r.headers.emplace_back("Retry-After", kRetryAfterSeconds);
         return r;

@@ -1,7 +1,7 @@
 // The routes an orchestrator and a monitoring system call:
 //   GET /health/live   200 while the process and its supervisor loop are alive
 //   GET /health/ready  200 in Serving; otherwise 503 with Retry-After, naming
-//                      the state and warm-up phase
+//                      the state and the lifecycle's activity
 //   GET /metrics       Prometheus text exposition format 0.0.4
 //   GET /v1/models     the served model, in the OpenAI list shape
 // All of them keep answering while the server drains.

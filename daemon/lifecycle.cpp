@@ -41,24 +41,24 @@ bool Lifecycle::allowed(State from, State to) {
 
 State Lifecycle::state() const { return state_.load(std::memory_order_acquire); }
 
-std::string Lifecycle::phase() const {
+std::string Lifecycle::activity() const {
   std::lock_guard lock(mu_);
-  return phase_;
+  return activity_;
 }
 
-void Lifecycle::set_phase(std::string phase) {
+void Lifecycle::set_activity(std::string activity) {
   std::lock_guard notify(notify_mu_);
   State now;
-  std::vector<PhaseObserver> observers;
+  std::vector<ActivityObserver> observers;
   {
     std::lock_guard lock(mu_);
-    if (phase == phase_) return;
-    phase_ = phase;
+    if (activity == activity_) return;
+    activity_ = activity;
     now = state_.load();
-    observers = phase_observers_;
+    observers = activity_observers_;
   }
-  spdlog::info("lifecycle: {} phase: {}", to_string(now), phase);
-  for (auto& obs : observers) obs(now, phase);
+  spdlog::info("lifecycle: {}: {}", to_string(now), activity);
+  for (auto& obs : observers) obs(now, activity);
 }
 
 bool Lifecycle::transition(State to, std::string_view reason) {
@@ -73,7 +73,7 @@ bool Lifecycle::transition(State to, std::string_view reason) {
       return false;
     }
     state_.store(to, std::memory_order_release);
-    phase_.clear();
+    activity_.clear();
     ++counts_[static_cast<size_t>(from)][static_cast<size_t>(to)];
     observers = observers_;
   }
@@ -104,9 +104,9 @@ void Lifecycle::on_change(Observer obs) {
   observers_.push_back(std::move(obs));
 }
 
-void Lifecycle::on_phase(PhaseObserver obs) {
+void Lifecycle::on_activity(ActivityObserver obs) {
   std::lock_guard lock(mu_);
-  phase_observers_.push_back(std::move(obs));
+  activity_observers_.push_back(std::move(obs));
 }
 
 }  // namespace inferd::daemon

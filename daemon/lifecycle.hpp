@@ -21,7 +21,7 @@ std::string_view to_string(State s);
 class Lifecycle {
  public:
   using Observer = std::function<void(State from, State to, std::string_view reason)>;
-  using PhaseObserver = std::function<void(State state, std::string_view phase)>;
+  using ActivityObserver = std::function<void(State state, std::string_view activity)>;
 
   Lifecycle();
 
@@ -29,10 +29,11 @@ class Lifecycle {
 
   // Lock-free, so log sinks may read it from anywhere.
   State state() const;
-  // Free text naming the current step inside a state (e.g. the warm-up phase).
-  // A transition clears it.
-  std::string phase() const;
-  void set_phase(std::string phase);
+  // What the daemon is doing within its state, in words: load progress, the
+  // warm-up's phase and requests, the cause of shedding, a recovery's engine
+  // reset. A transition clears it.
+  std::string activity() const;
+  void set_activity(std::string activity);
 
   // Moves to `to` if allowed from the current state; false (and nothing changes) otherwise.
   bool transition(State to, std::string_view reason);
@@ -46,9 +47,9 @@ class Lifecycle {
   std::array<std::array<uint64_t, kStateCount>, kStateCount> transition_counts() const;
 
   // Called (outside the state lock, one notification at a time, in registration
-  // order) after every transition; phase observers after every set_phase().
+  // order) after every transition; activity observers after every set_activity().
   void on_change(Observer obs);
-  void on_phase(PhaseObserver obs);
+  void on_activity(ActivityObserver obs);
 
  private:
   mutable std::mutex mu_;
@@ -56,11 +57,11 @@ class Lifecycle {
   // happened; recursive so an observer may itself call transition().
   std::recursive_mutex notify_mu_;
   std::atomic<State> state_ = State::Starting;
-  std::string phase_;
+  std::string activity_;
   std::chrono::steady_clock::time_point started_;
   std::array<std::array<uint64_t, kStateCount>, kStateCount> counts_{};
   std::vector<Observer> observers_;
-  std::vector<PhaseObserver> phase_observers_;
+  std::vector<ActivityObserver> activity_observers_;
 };
 
 }  // namespace inferd::daemon

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const std::string target = init_logging(cfg.log);
   spdlog::info("inferd {} starting (log level {}, to {})", INFERD_VERSION, cfg.log.level, target);
+  for (const std::string& warning : cfg.deprecated) spdlog::warn("{}", warning);
   for (const auto& [name, value] : inferd::faults::armed_faults())
     spdlog::warn("fault point armed: {}{}{}", name, value.empty() ? "" : "=", value);
   try {

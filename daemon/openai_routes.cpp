@@ -71,7 +71,7 @@ struct ApiContext : std::enable_shared_from_this<ApiContext> {
   void check_admitting() const {
     if (lifecycle.admits_generation()) return;
     std::string msg = "inferd is " + std::string(to_string(lifecycle.state()));
-    if (const std::string phase = lifecycle.phase(); !phase.empty()) msg += " (" + phase + ")";
+    if (const std::string activity = lifecycle.activity(); !activity.empty()) msg += " (" + activity + ")";
     throw HttpError(503, msg + " and does not accept generation requests now; retry later");
   }
 

@@ -83,12 +83,12 @@ void WarmupHost::warm(Daemon& d) {
                plan.total_requests(), plan.phases.size(), warmup::describe(plan));
   for (const auto& u : unreached) spdlog::warn("warm-up plan cannot be sure to reach {}", u);
 
-  std::string last_phase;
+  std::string shown;
   auto progress = [&](int phase, const std::string& name, int done, int total) {
     std::string text = fmt::format("warming {}/{} {} {}/{} requests", phase + 1, plan.phases.size(), name, done, total);
-    if (text == last_phase) return;
-    last_phase = text;
-    d.lifecycle().set_phase(std::move(text));
+    if (text == shown) return;
+    shown = text;
+    d.lifecycle().set_activity(std::move(text));
   };
   for (int attempt = 0;; ++attempt) {
     const warmup::Report report = warmup::run_plan(*eng, plan, reachable, opts, progress, [&] { return d.stopping(); });
@@ -104,7 +104,7 @@ void WarmupHost::warm(Daemon& d) {
                   warmup::summarize(report));
     if (attempt >= opts.retries || d.stopping())
       throw std::runtime_error("warm-up failed after " + std::to_string(attempt + 1) + " attempts: " + report.failure);
-    d.lifecycle().set_phase(fmt::format("warm-up failed ({}), retry {} of {}", report.failure, attempt + 1, opts.retries));
+    d.lifecycle().set_activity(fmt::format("warm-up failed ({}), retry {} of {}", report.failure, attempt + 1, opts.retries));
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts.retry_delay_s);
     while (std::chrono::steady_clock::now() < until && !d.stopping())
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -20,7 +20,7 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"status", "state, warm-up phase, uptime and model of a running daemon", cmd_status},
+    {"status", "state, activity, uptime and model of a running daemon", cmd_status},
     {"warmup", "print the warm-up plan (--plan) or re-run it on a running daemon", cmd_warmup},
     {"generate", "one prompt through the embedded engine, streamed to stdout", cmd_generate},
     {"bench", "benchmarks with JSON output: engine alone, or a daemon over HTTP", cmd_bench},

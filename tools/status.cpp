@@ -1,5 +1,5 @@
-// `inferctl status`: where a running daemon stands: lifecycle state, phase (load
-// or warm-up progress), the model load, uptime and the served model, read from
+// `inferctl status`: where a running daemon stands: lifecycle state, activity
+// (load or warm-up progress, shedding, recovery), the model load, uptime and the served model, read from
 // /health/ready, /metrics and /v1/models; and, where /admin/supervisor answers
 // (loopback, or with --api-key), the monitors and the supervisor's last decision.
 // Exit 0 when the daemon answered, 1 when it could not be reached.
@@ -23,7 +23,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: inferctl status [--url http://127.0.0.1:8000] [--timeout SECONDS] [--api-key KEY]\n"
-    "Prints the daemon's lifecycle state, phase, model load, uptime, served model and health.\n";
+    "Prints the daemon's lifecycle state, activity, model load, uptime, served model and health.\n";
 
 // The value of an unlabelled sample, e.g. "inferd_uptime_seconds 12.5".
 std::optional<double> metric_value(const std::string& text, std::string_view name) {
@@ -129,7 +129,7 @@ int cmd_status(const Args& args) {
   }
   const auto& health = v.as_object();
   const std::string state = string_field(health, "state");
-  const std::string phase = string_field(health, "phase");
+  const std::string activity = string_field(health, "activity");
 
   std::string uptime = "unknown", load = "-";
   if (const HttpReply m = http_request(url, "GET", "/metrics", {}, timeout); m.status == 200) {
@@ -145,22 +145,22 @@ int cmd_status(const Args& args) {
     }
   }
 
-  std::cout << "url:     " << url.text() << "\n"
-            << "state:   " << state << "\n"
-            << "phase:   " << (phase.empty() ? "-" : phase) << "\n"
-            << "ready:   " << (ready.status == 200 ? "yes" : "no") << "\n"
-            << "load:    " << load << "\n"
-            << "uptime:  " << uptime << "\n"
-            << "model:   " << model << "\n";
+  std::cout << "url:      " << url.text() << "\n"
+            << "state:    " << state << "\n"
+            << "activity: " << (activity.empty() ? "-" : activity) << "\n"
+            << "ready:    " << (ready.status == 200 ? "yes" : "no") << "\n"
+            << "load:     " << load << "\n"
+            << "uptime:   " << uptime << "\n"
+            << "model:    " << model << "\n";
   if (ready.status != 200) {
     if (const auto* err = health.if_contains("error"); err && err->is_object())
-      std::cout << "reason:  " << string_field(err->as_object(), "message") << "\n";
+      std::cout << "reason:   " << string_field(err->as_object(), "message") << "\n";
   }
   if (const HttpReply r = http_request(url, "GET", "/admin/supervisor", {}, timeout, args.get("api-key", ""));
       r.status == 200) {
     const auto lines = describe_supervisor(r.body);
-    if (!lines.empty()) std::cout << "health:  " << lines[0] << "\n";
-    if (lines.size() > 1) std::cout << "last:    " << lines[1] << "\n";
+    if (!lines.empty()) std::cout << "health:   " << lines[0] << "\n";
+    if (lines.size() > 1) std::cout << "last:     " << lines[1] << "\n";
   }
   return 0;
 }

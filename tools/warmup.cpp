@@ -90,9 +90,9 @@ int rerun(const Args& args) {
     }
     const auto body = boost::json::parse(r.body).as_object();
     const std::string state(body.at("state").as_string());
-    const std::string phase(body.at("phase").as_string());
-    if (phase != last && !phase.empty()) std::cout << "  " << phase << "\n";
-    last = phase;
+    const std::string activity(body.at("activity").as_string());
+    if (activity != last && !activity.empty()) std::cout << "  " << activity << "\n";
+    last = activity;
     if (state == "Serving") {
       const HttpReply rep = http_request(url, "GET", "/admin/warmup", {}, std::chrono::seconds(5), key);
       std::cout << "serving again; report: " << rep.body << "\n";

@@ -64,7 +64,7 @@ def test_live_and_ready(daemon):
     assert r.status_code == 200
     body = r.json()
     assert body["state"] == "Serving"
-    assert "phase" in body
+    assert "activity" in body and body["phase"] == body["activity"]
 
 
 def test_metrics(daemon):
@@ -192,7 +192,7 @@ def test_inferctl_status(daemon):
     r = subprocess.run([str(INFERCTL), "status", "--url", daemon.url], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     assert re.search(r"^state: +Serving$", r.stdout, re.M)
-    assert re.search(r"^phase: +\S", r.stdout, re.M)
+    assert re.search(r"^activity: +\S", r.stdout, re.M)
     assert re.search(r"^ready: +yes$", r.stdout, re.M)
     assert re.search(r"^uptime: +[0-9]", r.stdout, re.M)
     assert re.search(r"^health: +.*; recoveries 0 of 3 in 600 s$", r.stdout, re.M)

@@ -20,7 +20,7 @@ HARNESS = pathlib.Path(__file__).with_name("fake_journald.py")
 def can_unshare_mounts():
     if shutil.which("unshare") is None:
         return False
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "mount", "-t", "tmpfs", "probe", "/run"],
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "mount", "-t", "tmpfs", "tmpfs", "/run"],
                        capture_output=True, timeout=30)
     return r.returncode == 0
 

@@ -84,9 +84,9 @@ def test_drain_waits_for_a_request_in_flight(start_daemon):
     try:
         d = start_daemon(["--config", cfg])
         model = d.get("/v1/models").json()["data"][0]["id"]
-        probe = d.post("/v1/completions", json={"model": model, "prompt": "Hi", "max_tokens": 1})
-        if probe.status_code in (404, 503):
-            pytest.skip(f"no generation to keep a request in flight ({probe.status_code})")
+        first = d.post("/v1/completions", json={"model": model, "prompt": "Hi", "max_tokens": 1})
+        if first.status_code in (404, 503):
+            pytest.skip(f"no generation to keep a request in flight ({first.status_code})")
         result = {}
 
         def generate():

@@ -133,7 +133,7 @@ def test_notify_sequence_and_watchdog_follow_the_heartbeat(notify_socket, tmp_pa
         stop(proc)
 
     seq = collapse(notify_socket.lines())
-    # Phases inside Loading and Warming (STATUS=Warming: <phase>) and repeated
+    # Activities inside Loading and Warming (STATUS=Warming: <activity>) and repeated
     # extensions may come between the fixed points; everything else is exact.
     fixed = [m for m in seq if not re.fullmatch(r"STATUS=(Loading|Warming): .*", m)]
     extend = [m for m in fixed if m.startswith("EXTEND_TIMEOUT_USEC=")]

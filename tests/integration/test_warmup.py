@@ -32,8 +32,8 @@ def test_endpoint_opens_only_after_every_phase(start_daemon):
         if body["state"] == "Serving":
             break
         assert r.status_code == 503
-        if body["state"] == "Warming" and body["phase"].startswith("warming "):
-            phases.add(body["phase"].split()[2])
+        if body["state"] == "Warming" and body["activity"].startswith("warming "):
+            phases.add(body["activity"].split()[2])
             g = d.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1})
             if g.status_code == 200 and d.state() == "Serving":
                 break  # the gate opened between the two requests
@@ -60,7 +60,7 @@ def test_endpoint_opens_only_after_every_phase(start_daemon):
 def test_a_failing_phase_keeps_the_endpoint_closed_and_is_retried(start_daemon):
     d = start_daemon(["--model", default_model(), "--warmup-retries", "50"],
                      env={"INFERD_FAULTS": "warmup.fail=burst"}, wait_state="live")
-    wait_until(lambda: "retry" in d.get("/health/ready").json()["phase"], 120, "no failed warm-up attempt")
+    wait_until(lambda: "retry" in d.get("/health/ready").json()["activity"], 120, "no failed warm-up attempt")
     r = d.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
     assert r.status_code == 503 and r.headers.get("Retry-After")
     assert "burst" in r.json()["error"]["message"]

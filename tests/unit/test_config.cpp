@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -303,13 +304,34 @@ target = "journald"
     CHECK(c.health.max_recoveries == 7);
     CHECK(!load_config(cmdline({"--no-warmup"})).warmup.enable);
     CHECK(!load_config(cmdline({"--no-supervise"})).health.enable);
-    CHECK(load_config(cmdline({"--watchdog-floor", "1.5"})).health.watchdog_floor_s == 1.5);
+    CHECK(load_config(cmdline({"--step-deadline-floor", "1.5"})).health.step_deadline_floor_s == 1.5);
     CHECK(config_error("[health]\npsi_full_avg60 = \"5,2,10\"\n") ==
           "x.toml:2: [health] psi_full_avg60: must be three ascending percentages \"warn,shed,critical\", got '5,2,10'");
     CHECK(config_error("[health]\npsi_full_avg60 = \"5,6\"\n").find("three ascending") != std::string::npos);
     CHECK(config_error("[warmup]\nphase_timeout_s = 0\n") ==
           "x.toml:2: [warmup] phase_timeout_s: must be between 1 and 86400, got 0");
     CHECK(config_error("[health]\nwatchdog = 1\n") == "x.toml:2: [health] watchdog: unknown key");
+  }
+
+  TEST_CASE("config: the step deadline's old watchdog_* keys and --watchdog-floor still work, with a warning") {
+    Config c = parse_config_toml("[health]\nwatchdog_interval_ms = 40\nwatchdog_floor_s = 2.5\n"
+                                 "watchdog_p99_factor = 4\n",
+                                 "x.toml");
+    std::sort(c.deprecated.begin(), c.deprecated.end());  // a table's keys come in name order
+    CHECK(c.health.step_deadline_interval_ms == 40);
+    CHECK(c.health.step_deadline_floor_s == 2.5);
+    CHECK(c.health.step_deadline_p99_factor == 4);
+    CHECK(c.deprecated == std::vector<std::string>{
+                              "x.toml:2: [health] watchdog_interval_ms: deprecated name; call it step_deadline_interval_ms",
+                              "x.toml:3: [health] watchdog_floor_s: deprecated name; call it step_deadline_floor_s",
+                              "x.toml:4: [health] watchdog_p99_factor: deprecated name; call it step_deadline_p99_factor"});
+    const Config f = load_config(cmdline({"--watchdog-floor", "1.5"}));
+    CHECK(f.health.step_deadline_floor_s == 1.5);
+    CHECK(f.deprecated == std::vector<std::string>{"--watchdog-floor: deprecated name; use --step-deadline-floor"});
+    CHECK(parse_config_toml("[health]\nstep_deadline_floor_s = 2.5\n", "x.toml").deprecated.empty());
+    CHECK(usage().find("--watchdog-floor") == std::string::npos);
+    CHECK(config_error("[health]\nwatchdog_interval_ms = -1\n").find("watchdog_interval_ms: must be between") !=
+          std::string::npos);
   }
 
   TEST_CASE("config: --help lists every flag") {

@@ -54,12 +54,12 @@ TEST_SUITE("health") {
   TEST_CASE("health policy: critical beats shed and names every monitor at that level") {
     Policy p(options());
     const Decision d = p.decide({sig("psi", Level::Shed), sig("probe", Level::Critical, "mismatch"),
-                                 sig("step_watchdog", Level::Critical, "step 3.1 s over 1.5 s")},
+                                 sig("step_deadline", Level::Critical, "step 3.1 s over 1.5 s")},
                                 Policy::Clock::now());
     CHECK(d.action == Action::Recover);
     CHECK(d.level == Level::Critical);
-    CHECK(d.monitors == std::vector<std::string>{"probe", "step_watchdog"});
-    CHECK(d.reason == "probe: mismatch; step_watchdog: step 3.1 s over 1.5 s");
+    CHECK(d.monitors == std::vector<std::string>{"probe", "step_deadline"});
+    CHECK(d.reason == "probe: mismatch; step_deadline: step 3.1 s over 1.5 s");
   }
 
   TEST_CASE("health policy: a recovery ends shedding; pressure that remains sheds again") {

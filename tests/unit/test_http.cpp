@@ -739,12 +739,13 @@ TEST_CASE("health: ready follows the lifecycle; live, metrics and models answer"
 
   REQUIRE(lifecycle.transition(State::Loading, "test"));
   REQUIRE(lifecycle.transition(State::Warming, "test"));
-  lifecycle.set_phase("burst");
+  lifecycle.set_activity("warming 2/4 burst 0/4 requests");
   r = request(port, get("/health/ready"));
   CHECK(r.status == 503);
   CHECK(r.json().at("state").as_string() == "Warming");
-  CHECK(r.json().at("phase").as_string() == "burst");
-  CHECK(std::string(r.json().at("error").at("message").as_string()).find("Warming (burst)") != std::string::npos);
+  CHECK(r.json().at("activity").as_string() == "warming 2/4 burst 0/4 requests");
+  CHECK(r.json().at("phase").as_string() == "warming 2/4 burst 0/4 requests");  // the old name
+  CHECK(std::string(r.json().at("error").at("message").as_string()).find("Warming (warming 2/4 burst 0/4 requests)") != std::string::npos);
 
   // No model yet: an empty list.
   r = request(port, get("/v1/models"));

@@ -80,7 +80,7 @@ TEST_SUITE("lifecycle") {
         Lifecycle lc;
         reach(lc, from);
         const auto before = lc.transition_counts();
-        const bool ok = lc.transition(to, "probe");
+        const bool ok = lc.transition(to, "every edge");
         CHECK(ok == Lifecycle::allowed(from, to));
         CHECK(lc.state() == (ok ? to : from));
         const auto after = lc.transition_counts();
@@ -135,18 +135,18 @@ TEST_SUITE("lifecycle") {
     CHECK(counts[size_t(State::Starting)][size_t(State::Loading)] == 1);
   }
 
-  TEST_CASE_FIXTURE(QuietLog, "lifecycle: phase is observable and a transition clears it") {
+  TEST_CASE_FIXTURE(QuietLog, "lifecycle: activity is observable and a transition clears it") {
     Lifecycle lc;
-    std::vector<std::string> phases;
-    lc.on_phase([&](State s, std::string_view p) { phases.push_back(std::string(to_string(s)) + ":" + std::string(p)); });
+    std::vector<std::string> seen;
+    lc.on_activity([&](State s, std::string_view a) { seen.push_back(std::string(to_string(s)) + ":" + std::string(a)); });
     reach(lc, State::Warming);
-    lc.set_phase("ramped");
-    lc.set_phase("ramped");  // unchanged: no notification
-    lc.set_phase("burst");
-    CHECK(lc.phase() == "burst");
+    lc.set_activity("ramped");
+    lc.set_activity("ramped");  // unchanged: no notification
+    lc.set_activity("burst");
+    CHECK(lc.activity() == "burst");
     REQUIRE(lc.transition(State::Serving, "gate open"));
-    CHECK(lc.phase().empty());
-    CHECK(phases == std::vector<std::string>{"Warming:ramped", "Warming:burst"});
+    CHECK(lc.activity().empty());
+    CHECK(seen == std::vector<std::string>{"Warming:ramped", "Warming:burst"});
   }
 
   TEST_CASE_FIXTURE(QuietLog, "lifecycle: an observer may itself transition") {

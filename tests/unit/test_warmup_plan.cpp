@@ -87,7 +87,7 @@ TEST_CASE("warm-up plan: a burst too small for its decode buckets is named") {
   CHECK(std::find(missing.begin(), missing.end(), "decode batch bucket 16") != missing.end());
 }
 
-TEST_CASE("warm-up run: a real plan touches exactly the probed reachable keys") {
+TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys") {
   engine::EngineOptions o;
   o.model_path = test_paths::default_model();
   o.threads = 2;
@@ -98,7 +98,7 @@ TEST_CASE("warm-up run: a real plan touches exactly the probed reachable keys") 
   engine::Engine eng(o);
   const auto reachable = eng.reachable_shape_keys();
   REQUIRE(reachable.size() > 40);
-  // Every kernel key the probe predicts names one of the model's launch sites.
+  // Every kernel key the shape tracer predicts names one of the model's launch sites.
   CHECK(std::any_of(reachable.begin(), reachable.end(), [](auto& k) { return k.str() == "step.decode[b=4]"; }));
   CHECK(std::any_of(reachable.begin(), reachable.end(),
                     [](auto& k) { return k.str() == "attention.f16.ctx[kvh=3,d=64,ctx=256]"; }));

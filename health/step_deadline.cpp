@@ -1,4 +1,4 @@
-#include "health/step_watchdog.hpp"
+#include "health/step_deadline.hpp"
 
 #include <algorithm>
 
@@ -10,13 +10,13 @@ namespace {
 double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-StepWatchdog::StepWatchdog(const engine::StepHeartbeat& heartbeat, StepWatchdogOptions options)
+StepDeadlineMonitor::StepDeadlineMonitor(const engine::StepHeartbeat& heartbeat, StepDeadlineOptions options)
     : heartbeat_(heartbeat), options_(options) {
   options_.window = std::max<std::size_t>(1, options_.window);
   ring_.reserve(options_.window);
 }
 
-void StepWatchdog::record_step(std::chrono::nanoseconds duration) {
+void StepDeadlineMonitor::record_step(std::chrono::nanoseconds duration) {
   std::lock_guard lock(mu_);
   if (ring_.size() < options_.window) {
     ring_.push_back(duration);
@@ -26,7 +26,7 @@ void StepWatchdog::record_step(std::chrono::nanoseconds duration) {
   }
 }
 
-std::chrono::nanoseconds StepWatchdog::p99() const {
+std::chrono::nanoseconds StepDeadlineMonitor::p99() const {
   std::vector<std::chrono::nanoseconds> copy;
   {
     std::lock_guard lock(mu_);
@@ -39,20 +39,20 @@ std::chrono::nanoseconds StepWatchdog::p99() const {
   return copy[rank];
 }
 
-std::chrono::nanoseconds StepWatchdog::slowest() const {
+std::chrono::nanoseconds StepDeadlineMonitor::slowest() const {
   std::lock_guard lock(mu_);
   return ring_.empty() ? std::chrono::nanoseconds::zero() : *std::max_element(ring_.begin(), ring_.end());
 }
 
-std::chrono::nanoseconds StepWatchdog::deadline_for(std::chrono::nanoseconds p99) const {
+std::chrono::nanoseconds StepDeadlineMonitor::deadline_for(std::chrono::nanoseconds p99) const {
   return std::max(options_.floor, std::chrono::duration_cast<std::chrono::nanoseconds>(p99 * options_.p99_factor));
 }
 
-std::chrono::nanoseconds StepWatchdog::deadline() const { return deadline_for(p99()); }
+std::chrono::nanoseconds StepDeadlineMonitor::deadline() const { return deadline_for(p99()); }
 
-StepObservation StepWatchdog::sample() const {
+StepObservation StepDeadlineMonitor::sample() const {
   StepObservation obs;
-  obs.signal.monitor = "step_watchdog";
+  obs.signal.monitor = "step_deadline";
   obs.p99 = p99();
   obs.deadline = deadline_for(obs.p99);
   obs.idle = heartbeat_.idle();

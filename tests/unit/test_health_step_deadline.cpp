@@ -7,50 +7,50 @@
 
 #include "faults/fault_points.hpp"
 #include "engine/step_heartbeat.hpp"
-#include "health/step_watchdog.hpp"
+#include "health/step_deadline.hpp"
 
 using namespace inferd::health;
 using namespace std::chrono_literals;
 using inferd::engine::StepHeartbeat;
 
 TEST_SUITE("health") {
-  TEST_CASE("health step watchdog: the deadline is max(floor, k x p99) over a ring of recent steps") {
+  TEST_CASE("health step deadline: the deadline is max(floor, k x p99) over a ring of recent steps") {
     StepHeartbeat hb;
-    StepWatchdogOptions o;
+    StepDeadlineOptions o;
     o.floor = 50ms;
     o.p99_factor = 2.0;
     o.window = 100;
     o.min_samples = 10;
-    StepWatchdog wd(hb, o);
-    CHECK(wd.p99() == 0ns);
-    CHECK(wd.slowest() == 0ns);
-    CHECK(wd.deadline() == 50ms);
-    for (int i = 1; i <= 9; ++i) wd.record_step(std::chrono::milliseconds(i * 100));
-    CHECK(wd.deadline() == 50ms);  // below min_samples: the floor alone
-    for (int i = 10; i <= 100; ++i) wd.record_step(std::chrono::milliseconds(i));
+    StepDeadlineMonitor monitor(hb, o);
+    CHECK(monitor.p99() == 0ns);
+    CHECK(monitor.slowest() == 0ns);
+    CHECK(monitor.deadline() == 50ms);
+    for (int i = 1; i <= 9; ++i) monitor.record_step(std::chrono::milliseconds(i * 100));
+    CHECK(monitor.deadline() == 50ms);  // below min_samples: the floor alone
+    for (int i = 10; i <= 100; ++i) monitor.record_step(std::chrono::milliseconds(i));
     // 9 slow steps of 100..900 ms and 91 of 10..100 ms: p99 is the second largest.
-    CHECK(wd.p99() == 800ms);
-    CHECK(wd.deadline() == 1600ms);
-    CHECK(wd.slowest() == 900ms);
+    CHECK(monitor.p99() == 800ms);
+    CHECK(monitor.deadline() == 1600ms);
+    CHECK(monitor.slowest() == 900ms);
     // The ring forgets: 100 fast steps replace everything.
-    for (int i = 0; i < 100; ++i) wd.record_step(1ms);
-    CHECK(wd.p99() == 1ms);
-    CHECK(wd.deadline() == 50ms);
-    CHECK(wd.slowest() == 1ms);
+    for (int i = 0; i < 100; ++i) monitor.record_step(1ms);
+    CHECK(monitor.p99() == 1ms);
+    CHECK(monitor.deadline() == 50ms);
+    CHECK(monitor.slowest() == 1ms);
 
-    const StepObservation obs = wd.sample();
-    CHECK(obs.signal.monitor == "step_watchdog");
+    const StepObservation obs = monitor.sample();
+    CHECK(obs.signal.monitor == "step_deadline");
     CHECK(obs.idle);
     CHECK(obs.signal.level == Level::Ok);
     CHECK(obs.deadline == 50ms);
     CHECK(obs.p99 == 1ms);
   }
 
-  TEST_CASE("health step watchdog: a stuck engine thread is reported from another thread") {
+  TEST_CASE("health step deadline: a stuck engine thread is reported from another thread") {
     StepHeartbeat hb;
-    StepWatchdogOptions o;
+    StepDeadlineOptions o;
     o.floor = 30ms;
-    StepWatchdog wd(hb, o);
+    StepDeadlineMonitor monitor(hb, o);
 
     std::mutex mu;
     std::condition_variable cv;
@@ -67,10 +67,10 @@ TEST_SUITE("health") {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return started; });
     }
-    StepObservation obs = wd.sample();
+    StepObservation obs = monitor.sample();
     for (int i = 0; i < 500 && obs.signal.level == Level::Ok; ++i) {
       std::this_thread::sleep_for(5ms);
-      obs = wd.sample();
+      obs = monitor.sample();
     }
     CHECK(obs.signal.level == Level::Critical);
     CHECK(obs.signal.reason.find("wedge suspected") != std::string::npos);
@@ -82,18 +82,18 @@ TEST_SUITE("health") {
     }
     cv.notify_all();
     engine.join();
-    obs = wd.sample();
+    obs = monitor.sample();
     CHECK(obs.signal.level == Level::Ok);
     CHECK(obs.steps_completed == 1);
   }
 
-  TEST_CASE("health step watchdog: the heartbeat.stall fault point reads as a wedge") {
+  TEST_CASE("health step deadline: the heartbeat.stall fault point reads as a wedge") {
     StepHeartbeat hb;
-    StepWatchdog wd(hb);
-    CHECK(wd.sample().signal.level == Level::Ok);
+    StepDeadlineMonitor monitor(hb);
+    CHECK(monitor.sample().signal.level == Level::Ok);
     inferd::faults::arm_fault("heartbeat.stall");
-    CHECK(wd.sample().signal.level == Level::Critical);
+    CHECK(monitor.sample().signal.level == Level::Critical);
     inferd::faults::disarm_fault("heartbeat.stall");
-    CHECK(wd.sample().signal.level == Level::Ok);
+    CHECK(monitor.sample().signal.level == Level::Ok);
   }
 }

@@ -1,6 +1,8 @@
-// Suspects a wedge (a stuck kernel or collective) when the engine's current step
-// has run past its deadline: max(floor, k x p99 of recent step durations), so
-// the deadline follows the model and hardware instead of one guessed constant.
+// The step deadline monitor: suspects a wedge (a stuck kernel or collective)
+// when the engine's current step has run past its deadline: max(floor, k x p99
+// of recent step durations), so the deadline follows the model and hardware
+// instead of one guessed constant. (Not systemd's watchdog: that one hears
+// WATCHDOG=1 from the daemon, see daemon/daemon.hpp.)
 // sample() only reads the heartbeat's atomics and this class's own ring, so it
 // answers from the supervisor thread while the engine thread is stuck.
 #pragma once
@@ -14,7 +16,7 @@
 
 namespace inferd::health {
 
-struct StepWatchdogOptions {
+struct StepDeadlineOptions {
   std::chrono::nanoseconds floor = std::chrono::seconds(10);
   double p99_factor = 10.0;
   std::size_t window = 512;      // recent step durations kept
@@ -30,9 +32,9 @@ struct StepObservation {
   Signal signal;
 };
 
-class StepWatchdog {
+class StepDeadlineMonitor {
  public:
-  explicit StepWatchdog(const engine::StepHeartbeat& heartbeat, StepWatchdogOptions options = {});
+  explicit StepDeadlineMonitor(const engine::StepHeartbeat& heartbeat, StepDeadlineOptions options = {});
 
   // The duration of a finished step; from any thread.
   void record_step(std::chrono::nanoseconds duration);
@@ -49,7 +51,7 @@ class StepWatchdog {
   std::chrono::nanoseconds deadline_for(std::chrono::nanoseconds p99) const;
 
   const engine::StepHeartbeat& heartbeat_;
-  StepWatchdogOptions options_;
+  StepDeadlineOptions options_;
   mutable std::mutex mu_;
   std::vector<std::chrono::nanoseconds> ring_;
   std::size_t next_ = 0;

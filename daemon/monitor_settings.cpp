@@ -1,0 +1,73 @@
+#include "daemon/monitor_settings.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+
+namespace inferd::daemon {
+
+namespace {
+
+using namespace std::chrono;
+
+health::Level parse_level(const std::string& s) {
+  if (s == "warn") return health::Level::Warn;
+  if (s == "shed") return health::Level::Shed;
+  if (s == "critical") return health::Level::Critical;
+  throw ConfigError("[health] log_patterns: level must be warn, shed or critical, got '" + s + "'");
+}
+
+// The defaults plus one "category level regex" per line of [health] log_patterns.
+health::LogScannerOptions scanner_options(const HealthConfig& h) {
+  health::LogScannerOptions o;
+  std::istringstream lines(h.log_patterns);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string category, level, regex;
+    if (!(words >> category)) continue;
+    if (!(words >> level) || !std::getline(words >> std::ws, regex) || regex.empty())
+      throw ConfigError("[health] log_patterns: each line is 'category level regex', got '" + line + "'");
+    o.patterns.push_back({category, regex, parse_level(level)});
+  }
+  return o;
+}
+
+health::MeminfoOptions meminfo_options(const HealthConfig& h) {
+  health::MeminfoOptions o;
+  o.warn = {static_cast<uint64_t>(h.mem_warn_bytes), h.mem_warn_fraction};
+  o.shed = {static_cast<uint64_t>(h.mem_shed_bytes), h.mem_shed_fraction};
+  o.critical = {static_cast<uint64_t>(h.mem_critical_bytes), h.mem_critical_fraction};
+  return o;
+}
+
+health::PsiOptions psi_options(const HealthConfig& h) {
+  auto t = [](const std::array<double, 3>& a) { return health::PsiThresholds{a[0], a[1], a[2]}; };
+  return {t(h.psi_some_avg10), t(h.psi_full_avg10), t(h.psi_some_avg60), t(h.psi_full_avg60)};
+}
+
+MonitorIntervals intervals(const HealthConfig& h) {
+  auto every = [&](int ms) { return milliseconds(ms > 0 ? ms : h.interval_ms); };
+  MonitorIntervals e{every(h.psi_interval_ms), every(h.meminfo_interval_ms), every(h.process_interval_ms),
+                     every(h.log_interval_ms), every(h.step_deadline_interval_ms), {}};
+  e.tick = std::min({milliseconds(h.interval_ms), e.psi, e.meminfo, e.process, e.log, e.step_deadline});
+  return e;
+}
+
+}  // namespace
+
+MonitorSettings monitor_settings(const HealthConfig& h) {
+  return {.scanner = scanner_options(h),
+          .psi = psi_options(h),
+          .meminfo = meminfo_options(h),
+          .process = {.rss_growth_warn = h.rss_growth_warn},
+          .step_deadline = {.floor = duration_cast<nanoseconds>(duration<double>(h.step_deadline_floor_s)),
+                   .p99_factor = h.step_deadline_p99_factor},
+          .probe = {.budget = milliseconds(h.probe_budget_ms)},
+          .policy = {.calm_samples_to_unshed = h.calm_samples_to_unshed,
+                     .max_recoveries = h.max_recoveries,
+                     .recovery_window = seconds(h.recovery_window_s)},
+          .every = intervals(h)};
+}
+
+}  // namespace inferd::daemon

@@ -1,0 +1,37 @@
+// [health] as the monitors, the generation probe and the recovery policy take it:
+// one translation, so the sampling code sees settings, not configuration keys.
+#pragma once
+#include <chrono>
+
+#include "daemon/config.hpp"
+#include "health/generation_probe.hpp"
+#include "health/log_scanner.hpp"
+#include "health/meminfo_monitor.hpp"
+#include "health/policy.hpp"
+#include "health/process_monitor.hpp"
+#include "health/psi_monitor.hpp"
+#include "health/step_deadline.hpp"
+
+namespace inferd::daemon {
+
+// How often each monitor is sampled; the supervisor ticks at the shortest.
+struct MonitorIntervals {
+  std::chrono::milliseconds psi, meminfo, process, log, step_deadline;
+  std::chrono::milliseconds tick;
+};
+
+struct MonitorSettings {
+  health::LogScannerOptions scanner;
+  health::PsiOptions psi;
+  health::MeminfoOptions meminfo;
+  health::ProcessOptions process;
+  health::StepDeadlineOptions step_deadline;
+  health::ProbeOptions probe;
+  health::PolicyOptions policy;
+  MonitorIntervals every;
+};
+
+// Throws ConfigError for a log_patterns line that is not "category level regex".
+MonitorSettings monitor_settings(const HealthConfig& h);
+
+}  // namespace inferd::daemon
