@@ -22,7 +22,8 @@ namespace {
   throw HttpError(400, std::move(message), {}, std::string(param));
 }
 
-std::string quoted(std::string_view param) { return "`" + std::string(param) + "`"; }
+// Not "quoted": with a std::string argument, ADL would find std::quoted.
+std::string backticked(std::string_view param) { return "`" + std::string(param) + "`"; }
 
 std::string kind_of(const json::value& v) {
   switch (v.kind()) {
@@ -51,18 +52,18 @@ const json::value* find(const json::object& o, std::string_view key) {
 }
 
 bool as_bool(const json::value& v, std::string_view param) {
-  if (!v.is_bool()) invalid(param, quoted(param) + " must be a boolean, got " + kind_of(v));
+  if (!v.is_bool()) invalid(param, backticked(param) + " must be a boolean, got " + kind_of(v));
   return v.get_bool();
 }
 
 double as_number(const json::value& v, std::string_view param) {
   if (v.is_double()) {
-    if (!std::isfinite(v.get_double())) invalid(param, quoted(param) + " must be a finite number");
+    if (!std::isfinite(v.get_double())) invalid(param, backticked(param) + " must be a finite number");
     return v.get_double();
   }
   if (v.is_int64()) return static_cast<double>(v.get_int64());
   if (v.is_uint64()) return static_cast<double>(v.get_uint64());
-  invalid(param, quoted(param) + " must be a number, got " + kind_of(v));
+  invalid(param, backticked(param) + " must be a number, got " + kind_of(v));
 }
 
 // Integers may arrive as 5 or 5.0 (some clients write every number as a float).
@@ -70,18 +71,18 @@ int64_t as_integer(const json::value& v, std::string_view param) {
   if (v.is_int64()) return v.get_int64();
   if (v.is_uint64()) {
     if (v.get_uint64() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      invalid(param, quoted(param) + " is too large");
+      invalid(param, backticked(param) + " is too large");
     return static_cast<int64_t>(v.get_uint64());
   }
   if (v.is_double()) {
     const double d = v.get_double();
     if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e15) return static_cast<int64_t>(d);
   }
-  invalid(param, quoted(param) + " must be an integer, got " + kind_of(v));
+  invalid(param, backticked(param) + " must be an integer, got " + kind_of(v));
 }
 
 std::string as_string(const json::value& v, std::string_view param) {
-  if (!v.is_string()) invalid(param, quoted(param) + " must be a string, got " + kind_of(v));
+  if (!v.is_string()) invalid(param, backticked(param) + " must be a string, got " + kind_of(v));
   return std::string(v.get_string());
 }
 
@@ -107,7 +108,7 @@ double number_in(const json::object& o, std::string_view key, double fallback, d
   const auto v = get_number(o, key);
   if (!v) return fallback;
   if (*v > hi || *v < lo || (lo_open && *v == lo))
-    invalid(key, quoted(key) + " must be in " + (lo_open ? "(" : "[") + num(lo) + ", " +
+    invalid(key, backticked(key) + " must be in " + (lo_open ? "(" : "[") + num(lo) + ", " +
                      (std::isinf(hi) ? "inf)" : num(hi) + "]") + ", got " + num(*v));
   return *v;
 }
@@ -116,7 +117,7 @@ int64_t integer_in(const json::object& o, std::string_view key, int64_t fallback
   const auto v = get_integer(o, key);
   if (!v) return fallback;
   if (*v < lo || *v > hi)
-    invalid(key, quoted(key) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+    invalid(key, backticked(key) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
                      std::to_string(*v));
   return *v;
 }
@@ -124,7 +125,7 @@ int64_t integer_in(const json::object& o, std::string_view key, int64_t fallback
 int32_t token_id(const json::value& v, std::string_view param) {
   const int64_t id = as_integer(v, param);
   if (id < 0 || id > std::numeric_limits<int32_t>::max())
-    invalid(param, quoted(param) + " must hold token ids (non-negative integers), got " + std::to_string(id));
+    invalid(param, backticked(param) + " must hold token ids (non-negative integers), got " + std::to_string(id));
   return static_cast<int32_t>(id);
 }
 
@@ -144,26 +145,26 @@ std::string message_content(const json::object& m, const std::string& param, con
   if (!c) {
     // An assistant turn that only called tools has no content.
     if (role == "assistant") return {};
-    invalid(cparam, quoted(cparam) + " is required for role `" + role + "`");
+    invalid(cparam, backticked(cparam) + " is required for role `" + role + "`");
   }
   if (c->is_string()) return std::string(c->get_string());
   if (!c->is_array())
-    invalid(cparam, quoted(cparam) + " must be a string or an array of content parts, got " + kind_of(*c));
+    invalid(cparam, backticked(cparam) + " must be a string or an array of content parts, got " + kind_of(*c));
   std::string text;
   const json::array& parts = c->get_array();
   for (size_t j = 0; j < parts.size(); ++j) {
     const std::string pparam = cparam + "[" + std::to_string(j) + "]";
-    if (!parts[j].is_object()) invalid(pparam, quoted(pparam) + " must be an object, got " + kind_of(parts[j]));
+    if (!parts[j].is_object()) invalid(pparam, backticked(pparam) + " must be an object, got " + kind_of(parts[j]));
     const json::object& part = parts[j].get_object();
     const std::string tparam = pparam + ".type";
     const json::value* type = find(part, "type");
-    if (!type) invalid(tparam, quoted(tparam) + " is required");
+    if (!type) invalid(tparam, backticked(tparam) + " is required");
     const std::string t = as_string(*type, tparam);
     if (t != "text")
       invalid(tparam, "unsupported content part type `" + t + "`; this model accepts only `text` parts");
     const std::string xparam = pparam + ".text";
     const json::value* x = find(part, "text");
-    if (!x) invalid(xparam, quoted(xparam) + " is required");
+    if (!x) invalid(xparam, backticked(xparam) + " is required");
     // Parts are joined with newlines, as vLLM does.
     if (j > 0) text += '\n';
     text += as_string(*x, xparam);
@@ -181,14 +182,14 @@ std::vector<ChatMessage> parse_messages(const json::object& body) {
   out.reserve(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const std::string param = "messages[" + std::to_string(i) + "]";
-    if (!a[i].is_object()) invalid(param, quoted(param) + " must be an object, got " + kind_of(a[i]));
+    if (!a[i].is_object()) invalid(param, backticked(param) + " must be an object, got " + kind_of(a[i]));
     const json::object& m = a[i].get_object();
     const json::value* r = find(m, "role");
-    if (!r) invalid(param + ".role", quoted(param + ".role") + " is required");
+    if (!r) invalid(param + ".role", backticked(param + ".role") + " is required");
     std::string role = as_string(*r, param + ".role");
     if (role == "developer") role = "system";  // OpenAI's newer name for the system turn
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-      invalid(param + ".role", "unknown role `" + role + "` in " + quoted(param + ".role") +
+      invalid(param + ".role", "unknown role `" + role + "` in " + backticked(param + ".role") +
                                    "; expected system, developer, user, assistant or tool");
     out.push_back({role, message_content(m, param, role)});
   }
@@ -273,7 +274,7 @@ void parse_common(const json::object& body, GenerateRequest& r) {
 std::optional<int> max_tokens_field(const json::object& body, std::string_view key) {
   const auto v = get_integer(body, key);
   if (!v) return std::nullopt;
-  if (*v < 1) invalid(key, quoted(key) + " must be at least 1, got " + std::to_string(*v));
+  if (*v < 1) invalid(key, backticked(key) + " must be at least 1, got " + std::to_string(*v));
   return static_cast<int>(std::min<int64_t>(*v, std::numeric_limits<int32_t>::max()));
 }
 
@@ -283,7 +284,7 @@ std::vector<Prompt> parse_prompts(const json::object& body) {
   auto text_prompt = [](const json::value& x, std::string_view param) {
     Prompt p;
     p.text = as_string(x, param);
-    if (p.text.empty()) invalid(param, quoted(param) + " must not be empty");
+    if (p.text.empty()) invalid(param, backticked(param) + " must not be empty");
     return p;
   };
   if (v->is_string()) return {text_prompt(*v, "prompt")};
@@ -303,7 +304,7 @@ std::vector<Prompt> parse_prompts(const json::object& body) {
     } else if (a[i].is_array() && !a[i].get_array().empty()) {
       out.push_back({{}, token_ids(a[i].get_array(), param)});
     } else {
-      invalid(param, quoted(param) + " must be a non-empty string or array of token ids, got " + kind_of(a[i]));
+      invalid(param, backticked(param) + " must be a non-empty string or array of token ids, got " + kind_of(a[i]));
     }
   }
   return out;

@@ -24,7 +24,8 @@ constexpr int kMaxArrayDepth = 8;  // nesting bound keeps validation's recursion
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;             // key length, type, u8 value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, one dim, type, offset
 
-std::string quoted(std::string_view s) {
+// Not "quoted": with a std::string argument, ADL would find std::quoted.
+std::string single_quoted(std::string_view s) {
   std::string q(1, '\'');
   q.append(s).push_back('\'');
   return q;
@@ -254,7 +255,7 @@ void GgufFile::parse() {
     const uint64_t key_at = c.pos();
     const std::string_view key = c.string("key");
     if (key.empty()) fail(key_at, "empty key");
-    if (values_.contains(key)) fail(key_at, "duplicate key " + quoted(key));
+    if (values_.contains(key)) fail(key_at, "duplicate key " + single_quoted(key));
     const GgufType type = read_type(c, "value type");
     const uint64_t value_at = c.pos();
     skip_value(c, type, 0);
@@ -280,8 +281,8 @@ void GgufFile::parse() {
     const uint64_t info_at = c.pos();
     const std::string_view name = c.string("tensor name");
     if (name.empty()) fail(info_at, "empty tensor name");
-    if (tensor_index_.contains(name)) fail(info_at, "duplicate tensor name " + quoted(name));
-    const std::string what = "tensor " + quoted(name) + ": ";
+    if (tensor_index_.contains(name)) fail(info_at, "duplicate tensor name " + single_quoted(name));
+    const std::string what = "tensor " + single_quoted(name) + ": ";
 
     const uint64_t n_dims_at = c.pos();
     const uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
@@ -332,7 +333,7 @@ void GgufFile::parse() {
     GgufTensorInfo& t = tensors_[i];
     const uint64_t rel = relative_offset[i];
     if (data_offset_ > size_ || rel > data_bytes || t.nbytes > data_bytes - rel)
-      fail(offset_field_at[i], "tensor " + quoted(t.name) + ": data at [" + std::to_string(data_offset_) + " + " +
+      fail(offset_field_at[i], "tensor " + single_quoted(t.name) + ": data at [" + std::to_string(data_offset_) + " + " +
                                    std::to_string(rel) + ", +" + std::to_string(t.nbytes) +
                                    ") runs past the end of the file (" + std::to_string(size_) + " bytes)");
     t.offset = data_offset_ + rel;
@@ -348,7 +349,7 @@ void GgufFile::parse() {
     const GgufTensorInfo& prev = tensors_[by_offset[k - 1]];
     const GgufTensorInfo& cur = tensors_[by_offset[k]];
     if (prev.offset + prev.nbytes > cur.offset)
-      fail(offset_field_at[by_offset[k]], "tensor " + quoted(cur.name) + ": data overlaps tensor " + quoted(prev.name));
+      fail(offset_field_at[by_offset[k]], "tensor " + single_quoted(cur.name) + ": data overlaps tensor " + single_quoted(prev.name));
   }
 }
 
@@ -363,7 +364,7 @@ bool GgufFile::has(std::string_view key) const { return find_value(key) != nullp
 
 GgufType GgufFile::type_of(std::string_view key) const {
   const Value* v = find_value(key);
-  if (!v) fail(0, "no metadata key " + quoted(key));
+  if (!v) fail(0, "no metadata key " + single_quoted(key));
   return v->type;
 }
 
@@ -409,8 +410,8 @@ std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
   const Value* v = find_value(key);
   if (!v) return std::nullopt;
   const auto i = int_at(v->type, base_ + v->offset);
-  if (!i) fail(v->offset, "key " + quoted(key) + " holds " + std::string(to_string(v->type)) + ", not an integer");
-  if (!fits_int64(v->type, base_ + v->offset)) fail(v->offset, "key " + quoted(key) + ": value does not fit in int64");
+  if (!i) fail(v->offset, "key " + single_quoted(key) + " holds " + std::string(to_string(v->type)) + ", not an integer");
+  if (!fits_int64(v->type, base_ + v->offset)) fail(v->offset, "key " + single_quoted(key) + ": value does not fit in int64");
   return i;
 }
 
@@ -418,7 +419,7 @@ std::optional<double> GgufFile::get_float(std::string_view key) const {
   const Value* v = find_value(key);
   if (!v) return std::nullopt;
   const auto f = float_at(v->type, base_ + v->offset);
-  if (!f) fail(v->offset, "key " + quoted(key) + " holds " + std::string(to_string(v->type)) + ", not a number");
+  if (!f) fail(v->offset, "key " + single_quoted(key) + " holds " + std::string(to_string(v->type)) + ", not a number");
   return f;
 }
 
@@ -426,7 +427,7 @@ std::optional<std::string> GgufFile::get_string(std::string_view key) const {
   const Value* v = find_value(key);
   if (!v) return std::nullopt;
   if (v->type != GgufType::STRING)
-    fail(v->offset, "key " + quoted(key) + " holds " + std::string(to_string(v->type)) + ", not a string");
+    fail(v->offset, "key " + single_quoted(key) + " holds " + std::string(to_string(v->type)) + ", not a string");
   return string_at(base_ + v->offset);
 }
 
@@ -434,7 +435,7 @@ std::optional<bool> GgufFile::get_bool(std::string_view key) const {
   const Value* v = find_value(key);
   if (!v) return std::nullopt;
   if (v->type != GgufType::BOOL)
-    fail(v->offset, "key " + quoted(key) + " holds " + std::string(to_string(v->type)) + ", not a bool");
+    fail(v->offset, "key " + single_quoted(key) + " holds " + std::string(to_string(v->type)) + ", not a bool");
   return base_[v->offset] != 0;
 }
 
@@ -449,11 +450,11 @@ std::optional<GgufFile::ArrayRef> GgufFile::array_of(std::string_view key, bool 
   const Value* v = find_value(key);
   if (!v) return std::nullopt;
   if (v->type != GgufType::ARRAY)
-    fail(v->offset, "key " + quoted(key) + " holds " + std::string(to_string(v->type)) + ", not an array");
+    fail(v->offset, "key " + single_quoted(key) + " holds " + std::string(to_string(v->type)) + ", not an array");
   const ArrayRef a{static_cast<GgufType>(load<uint32_t>(base_ + v->offset)), load<uint64_t>(base_ + v->offset + 4),
                    v->offset + 12};
   if (!accepts(a.elem))
-    fail(v->offset, "key " + quoted(key) + " is an array of " + std::string(to_string(a.elem)) + ", not of " + kind);
+    fail(v->offset, "key " + single_quoted(key) + " is an array of " + std::string(to_string(a.elem)) + ", not of " + kind);
   return a;
 }
 
@@ -479,7 +480,7 @@ std::vector<int64_t> GgufFile::get_int_array(std::string_view key) const {
   for (uint64_t i = 0; i < a->size; ++i) {
     const uint8_t* p = base_ + a->data + i * step;
     if (!fits_int64(a->elem, p))
-      fail(a->data + i * step, "key " + quoted(key) + ": element " + std::to_string(i) + " does not fit in int64");
+      fail(a->data + i * step, "key " + single_quoted(key) + ": element " + std::to_string(i) + " does not fit in int64");
     out.push_back(*int_at(a->elem, p));
   }
   return out;
@@ -505,7 +506,7 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
 
 const GgufTensorInfo& GgufFile::tensor(std::string_view name, std::initializer_list<int64_t> expected_dims) const {
   const GgufTensorInfo* t = find_tensor(name);
-  if (!t) fail(table_offset_, "tensor " + quoted(name) + " not found");
+  if (!t) fail(table_offset_, "tensor " + single_quoted(name) + " not found");
   if (expected_dims.size() != 0 &&
       !std::equal(t->dims.begin(), t->dims.end(), expected_dims.begin(), expected_dims.end())) {
     auto show = [](auto first, auto last) {
@@ -513,7 +514,7 @@ const GgufTensorInfo& GgufFile::tensor(std::string_view name, std::initializer_l
       for (auto it = first; it != last; ++it) s += (it == first ? "" : ", ") + std::to_string(*it);
       return s + "}";
     };
-    fail(t->info_offset, "tensor " + quoted(name) + " has dims " + show(t->dims.begin(), t->dims.end()) +
+    fail(t->info_offset, "tensor " + single_quoted(name) + " has dims " + show(t->dims.begin(), t->dims.end()) +
                              ", expected " + show(expected_dims.begin(), expected_dims.end()));
   }
   return *t;
