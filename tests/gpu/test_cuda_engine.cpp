@@ -2,11 +2,16 @@
 // greedy, on a real GGUF model (INFERD_MODEL, else the default model in the
 // cache): weights, KV cache, step inputs and activations in device memory,
 // chunked prefill, decode batches and a shared prefix. Greedy tokens must agree
-// up to the first place the CPU itself calls a near tie (its two best tokens
-// within kTieNats); past a divergence nothing is compared.
+// up to the first place the CPU itself calls a near tie: its two best tokens
+// closer than a few times the largest difference between the two backends'
+// logprobs for the same token seen anywhere they agree (the measured numeric
+// noise: summation order, f16 rounding of attention probabilities on the CPU).
+// Past a divergence nothing is compared.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
@@ -21,7 +26,7 @@ using namespace inferd;
 
 namespace {
 
-constexpr float kTieNats = 0.05f;
+constexpr float kNoiseFactor = 4.0f;
 
 std::string model_path() {
   if (const char* m = std::getenv("INFERD_MODEL")) return m;
@@ -31,7 +36,8 @@ std::string model_path() {
 
 struct Out {
   std::vector<int32_t> ids;
-  std::vector<float> margin;  // best minus second-best logprob at each token
+  std::vector<float> margin;   // best minus second-best logprob at each token
+  std::vector<float> logprob;  // of the chosen token
 };
 
 std::vector<Out> generate(engine::Engine& eng, const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
@@ -52,6 +58,7 @@ std::vector<Out> generate(engine::Engine& eng, const std::vector<std::vector<int
       std::lock_guard lk(mu);
       for (const auto& t : d.tokens) {
         out[i].ids.push_back(t.id);
+        out[i].logprob.push_back(t.logprob);
         out[i].margin.push_back(t.top.size() >= 2 ? t.top[0].second - t.top[1].second : 1e9f);
       }
       if (d.finish != engine::FinishReason::None) {
@@ -97,21 +104,29 @@ TEST_CASE("engine: CUDA greedy tokens agree with the CPU's on a real model") {
   MESSAGE("backend: " << gpu.backend().name());
   const auto got = generate(gpu, prompts, 24);
 
+  // Where the two agree: how far apart their logprobs for that token are.
+  std::vector<size_t> agreed(prompts.size(), 0);
+  float noise = 0;
   int compared = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
     REQUIRE(got[p].ids.size() == want[p].ids.size());
-    for (size_t i = 0; i < want[p].ids.size(); ++i) {
-      if (got[p].ids[i] == want[p].ids[i]) {
-        ++compared;
-        continue;
-      }
-      CAPTURE(p);
-      CAPTURE(i);
-      CHECK_MESSAGE(want[p].margin[i] < kTieNats, "CUDA chose " << got[p].ids[i] << ", CPU " << want[p].ids[i]
-                                                                 << " with a margin of " << want[p].margin[i]);
-      break;
+    while (agreed[p] < want[p].ids.size() && got[p].ids[agreed[p]] == want[p].ids[agreed[p]]) {
+      noise = std::max(noise, std::abs(got[p].logprob[agreed[p]] - want[p].logprob[agreed[p]]));
+      ++agreed[p];
     }
+    compared += static_cast<int>(agreed[p]);
   }
-  MESSAGE(compared << " of " << prompts.size() * 24 << " tokens equal");
+  MESSAGE(compared << " of " << prompts.size() * 24 << " tokens equal; largest logprob difference where equal "
+                   << noise);
+  CHECK(noise < 0.5f);  // a wrong op, position or block table moves logprobs by whole nats
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const size_t i = agreed[p];
+    if (i == want[p].ids.size()) continue;
+    CAPTURE(p);
+    CAPTURE(i);
+    CHECK_MESSAGE(want[p].margin[i] < kNoiseFactor * noise + 1e-3f,
+                  "CUDA chose " << got[p].ids[i] << ", CPU " << want[p].ids[i] << " with a margin of "
+                                << want[p].margin[i]);
+  }
   CHECK(compared >= static_cast<int>(prompts.size()));  // at least every first token
 }
