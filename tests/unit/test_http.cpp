@@ -20,6 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
@@ -31,6 +35,7 @@
 
 using namespace inferd::daemon;
 using namespace std::chrono_literals;
+namespace http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -84,13 +89,8 @@ class Conn {
   // Reads until `n` bytes are buffered; false on EOF, error or deadline.
   bool fill(size_t n, std::chrono::milliseconds timeout = 5s) {
     const auto deadline = Clock::now() + timeout;
-    while (buf_.size() < n) {
-      if (!wait_readable(deadline)) return false;
-      char tmp[16384];
-      const ssize_t got = ::recv(fd_, tmp, sizeof tmp, 0);
-      if (got <= 0) return false;
-      buf_.append(tmp, static_cast<size_t>(got));
-    }
+    while (buf_.size() < n)
+      if (receive(deadline) != Received::Data) return false;
     return true;
   }
 
@@ -103,11 +103,7 @@ class Conn {
         buf_.erase(0, pos + delim.size());
         return out;
       }
-      if (!wait_readable(deadline)) return std::nullopt;
-      char tmp[16384];
-      const ssize_t got = ::recv(fd_, tmp, sizeof tmp, 0);
-      if (got <= 0) return std::nullopt;
-      buf_.append(tmp, static_cast<size_t>(got));
+      if (receive(deadline) != Received::Data) return std::nullopt;
     }
   }
 
@@ -158,6 +154,31 @@ class Conn {
     return r;
   }
 
+  // Feeds the next response to Beast's parser, a strict client: chunk framing, the
+  // end of a body (a zero chunk, Content-Length or EOF). False on a parse error,
+  // an incomplete response or the deadline.
+  template <class Parser>
+  bool parse(Parser& parser, std::chrono::milliseconds timeout = 5s) {
+    const auto deadline = Clock::now() + timeout;
+    parser.eager(true);
+    while (!parser.is_done()) {
+      boost::system::error_code ec;
+      buf_.erase(0, parser.put(boost::asio::buffer(buf_), ec));
+      if (ec && ec != boost::beast::http::error::need_more) return false;
+      if (parser.is_done()) break;
+      switch (receive(deadline)) {
+        case Received::Data:
+          break;
+        case Received::Eof:
+          parser.put_eof(ec);
+          return !ec && parser.is_done();
+        case Received::Nothing:
+          return false;
+      }
+    }
+    return true;
+  }
+
   // True when the server closes the connection (EOF or reset) within `timeout`;
   // anything it sends first is discarded.
   bool closed_by_peer(std::chrono::milliseconds timeout) {
@@ -171,6 +192,18 @@ class Conn {
   }
 
  private:
+  enum class Received { Data, Eof, Nothing };
+  // Appends what arrives before the deadline.
+  Received receive(Clock::time_point deadline) {
+    if (!wait_readable(deadline)) return Received::Nothing;
+    char tmp[16384];
+    const ssize_t got = ::recv(fd_, tmp, sizeof tmp, 0);
+    if (got == 0) return Received::Eof;
+    if (got < 0) return Received::Nothing;
+    buf_.append(tmp, static_cast<size_t>(got));
+    return Received::Data;
+  }
+
   bool wait_readable(Clock::time_point deadline) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return false;
@@ -700,6 +733,236 @@ TEST_CASE("http: stop() closes connections and tells pending work") {
   r->write("data: x\n\n");
   r->send(Response::json(200, "{}"));
   r.reset();
+}
+
+TEST_CASE("http: a stream read by a strict client: one chunk per write, then the zero chunk") {
+  ResponderQueue pending;
+  HttpServer server(test_options());
+  server.route("GET", "/stream",
+               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
+  server.start();
+
+  Conn c(server.port());
+  REQUIRE(c.send(get("/stream")));
+  auto r = pending.pop();
+  REQUIRE(r);
+  // The middle event is larger than a socket write, so it crosses reads.
+  const std::vector<std::string> events = {"data: {\"n\":0}\n\n", "data: " + std::string(300000, 'x') + "\n\n",
+                                           "data: [DONE]\n\n"};
+  r->start_stream(Response{200, "text/event-stream", events[0], {{"Cache-Control", "no-cache"}}});
+  r->write(events[1]);
+  r->write(events[2]);
+  r->end();
+
+  http::response_parser<http::string_body> parser;
+  std::vector<uint64_t> chunk_sizes;
+  std::string body;
+  // Beast keeps references to the callbacks.
+  auto on_chunk_header = [&](uint64_t size, boost::beast::string_view, boost::system::error_code&) {
+    chunk_sizes.push_back(size);
+  };
+  auto on_chunk_body = [&](uint64_t, boost::beast::string_view data, boost::system::error_code&) {
+    body.append(data);
+    return data.size();
+  };
+  parser.on_chunk_header(on_chunk_header);
+  parser.on_chunk_body(on_chunk_body);
+  REQUIRE(c.parse(parser));
+  const auto& msg = parser.get();
+  CHECK(msg.result_int() == 200);
+  CHECK(msg.version() == 11);
+  CHECK(msg.chunked());
+  CHECK(msg.keep_alive());
+  CHECK(msg[http::field::content_type] == "text/event-stream");
+  CHECK(msg[http::field::cache_control] == "no-cache");
+  CHECK(chunk_sizes == std::vector<uint64_t>{events[0].size(), events[1].size(), events[2].size(), 0});
+  CHECK(body == events[0] + events[1] + events[2]);
+
+  // Nothing follows the zero chunk but the next response.
+  REQUIRE(c.send(get("/x")));
+  http::response_parser<http::string_body> next;
+  REQUIRE(c.parse(next));
+  CHECK(next.get().body() == "1");
+}
+
+TEST_CASE("http: a request pipelined behind a pending response waits its turn") {
+  ResponderQueue pending;
+  HttpServer server(test_options());
+  server.route("GET", "/work",
+               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
+  server.start();
+
+  Conn c(server.port());
+  REQUIRE(c.send(get("/work", "X-Request-Id: first\r\n")));
+  auto r = pending.pop();
+  REQUIRE(r);
+  // Arrives while the server watches the connection for a hang-up.
+  REQUIRE(c.send(get("/x", "X-Request-Id: second\r\n")));
+  CHECK_FALSE(c.read_head(300ms).has_value());
+  CHECK_FALSE(r->closed());
+
+  r->send(Response::json(200, "\"done\""));
+  for (const char* id : {"first", "second"}) {
+    auto reply = c.read_response();
+    REQUIRE(reply.has_value());
+    CHECK(reply->header("x-request-id") == id);
+  }
+  CHECK(eventually([&] { return server.in_flight() == 0; }));
+}
+
+TEST_CASE("http: Expect: 100-continue is answered before the body is sent") {
+  HttpServer server(test_options());  // max_body_bytes = 1024
+  server.route("POST", "/echo", [](const Request& req) { return Response::json(200, req.body); });
+  server.start();
+
+  Conn c(server.port());
+  REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"));
+  CHECK(c.read_until("\r\n\r\n") == "HTTP/1.1 100 Continue\r\n\r\n");
+  REQUIRE(c.send("\"hi\""));
+  auto r = c.read_response();
+  REQUIRE(r.has_value());
+  CHECK(r->status == 200);
+  CHECK(r->body == "\"hi\"");
+
+  // Over the limit: refused at once, no 100.
+  Conn big(server.port());
+  REQUIRE(big.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n"));
+  auto refused = big.read_response();
+  REQUIRE(refused.has_value());
+  CHECK(refused->status == 413);
+}
+
+TEST_CASE("http: HTTP/1.0 clients get HTTP/1.0 answers; their streams end with the connection") {
+  ResponderQueue pending;
+  HttpServer server(test_options());
+  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
+  server.route("GET", "/stream",
+               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.start();
+  const uint16_t port = server.port();
+
+  SUBCASE("one answer, then closed") {
+    Conn c(port);
+    REQUIRE(c.send("GET /x HTTP/1.0\r\n\r\n"));
+    http::response_parser<http::string_body> p;
+    REQUIRE(c.parse(p));
+    CHECK(p.get().version() == 10);
+    CHECK_FALSE(p.get().keep_alive());
+    CHECK(p.get().body() == "1");
+    CHECK(c.closed_by_peer(3s));
+  }
+  SUBCASE("kept alive when asked") {
+    Conn c(port);
+    for (int i = 0; i < 2; ++i) {
+      REQUIRE(c.send("GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+      http::response_parser<http::string_body> p;
+      REQUIRE(c.parse(p));
+      CHECK(p.get().version() == 10);
+      CHECK(p.get().keep_alive());
+    }
+  }
+  SUBCASE("a stream: no chunks, closed at its end") {
+    Conn c(port);
+    REQUIRE(c.send("GET /stream HTTP/1.0\r\n\r\n"));
+    auto r = pending.pop();
+    REQUIRE(r);
+    r->start_stream(Response{200, "text/event-stream", "data: a\n\n", {}});
+    r->write("data: b\n\n");
+    r->end();
+    http::response_parser<http::string_body> p;
+    REQUIRE(c.parse(p));  // the body ends at EOF
+    CHECK(p.get().version() == 10);
+    CHECK_FALSE(p.get().chunked());
+    CHECK_FALSE(p.get().has_content_length());
+    CHECK(p.get().body() == "data: a\n\ndata: b\n\n");
+  }
+}
+
+TEST_CASE("http: a handler's headers cannot split the response or replace the server's own") {
+  HttpServer server(test_options());
+  server.route("GET", "/h", [](const Request&) {
+    Response r = Response::json(200, "{}");
+    r.content_type = "text/plain\r\nX-Injected: yes";
+    r.headers = {{"X-Note", "a\r\nX-Injected: yes"},
+                 {"X-Split\nInjected", "yes"},
+                 {"Content-Length", "999"},
+                 {"Connection", "close"},
+                 {"X-Request-Id", "forged"}};
+    return r;
+  });
+  server.start();
+
+  Conn c(server.port());
+  for (int i = 0; i < 2; ++i) {  // the connection stays usable
+    REQUIRE(c.send(get("/h", "X-Request-Id: mine\r\n")));
+    auto r = c.read_response();
+    REQUIRE(r.has_value());
+    CHECK(r->status == 200);
+    CHECK(r->header("x-injected") == "");
+    CHECK(r->header("injected") == "");
+    CHECK(r->header("x-note") == "a  X-Injected: yes");
+    CHECK(r->header("content-type") == "text/plain  X-Injected: yes");
+    CHECK(r->header("content-length") == "2");
+    CHECK(r->header("connection") == "");
+    CHECK(r->header("x-request-id") == "mine");
+    CHECK(r->body == "{}");
+  }
+}
+
+TEST_CASE("http: the request timeout ends a stream with its zero chunk") {
+  HttpServerOptions o = test_options();
+  o.request_timeout = 300ms;
+  ResponderQueue pending;
+  HttpServer server(o);
+  server.route("GET", "/stream",
+               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.start();
+
+  Conn c(server.port());
+  REQUIRE(c.send(get("/stream")));
+  auto r = pending.pop();
+  REQUIRE(r);
+  std::atomic<bool> cancelled{false};
+  r->on_disconnect([&] { cancelled = true; });
+  r->start_stream(Response{200, "text/event-stream", "data: first\n\n", {}});
+  auto h = c.read_head();
+  REQUIRE(h.has_value());
+  CHECK(h->header("connection") == "");  // chosen before the timeout
+  CHECK(c.read_chunk() == "data: first\n\n");
+  CHECK(c.read_chunk(3s) == "");
+  CHECK(cancelled);
+  CHECK(r->closed());
+  CHECK(c.closed_by_peer(3s));
+}
+
+TEST_CASE("http: a client that stops reading is closed after the idle timeout") {
+  HttpServerOptions o = test_options();
+  o.idle_timeout = 300ms;
+  o.request_timeout = 60s;  // so only the stalled write can end it
+  ResponderQueue pending;
+  HttpServer server(o);
+  server.route("GET", "/stream",
+               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.start();
+
+  Conn c(server.port());
+  REQUIRE(c.send(get("/stream")));
+  auto r = pending.pop();
+  REQUIRE(r);
+  std::atomic<bool> told{false};
+  r->on_disconnect([&] { told = true; });
+  r->start_stream(Response{200, "text/event-stream", "", {}});
+  // The client reads nothing: once the socket buffers are full the writes stall.
+  const std::string block(1 << 20, 'x');
+  for (int i = 0; i < 64 && !r->closed(); ++i) {
+    r->write(block);
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(eventually([&] { return told.load(); }, 5s));
+  CHECK(r->closed());
+  CHECK(eventually([&] { return server.in_flight() == 0; }));
 }
 
 TEST_CASE("http: a busy port is a clear error") {
