@@ -246,10 +246,21 @@ HttpServerOptions test_options() {
 // Hands responders from handlers to the test thread, which plays the engine.
 class ResponderQueue {
  public:
+  // A handler that only queues its responder.
+  Handler handler() {
+    return [this](const Request&, std::shared_ptr<Responder> r) { push(std::move(r)); };
+  }
   void push(std::shared_ptr<Responder> r) {
     std::lock_guard lock(mu_);
     q_.push_back(std::move(r));
     cv_.notify_all();
+  }
+  // Sends `raw` on `c` and returns the responder its handler queued.
+  std::shared_ptr<Responder> request(Conn& c, const std::string& raw) {
+    REQUIRE(c.send(raw));
+    auto r = pop();
+    REQUIRE(r);
+    return r;
   }
   std::shared_ptr<Responder> pop(std::chrono::milliseconds timeout = 5s) {
     std::unique_lock lock(mu_);
@@ -263,6 +274,18 @@ class ResponderQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Responder>> q_;
+};
+
+// A started server with a route whose responders the test thread holds (GET
+// /stream) and one that answers at once (GET /x, "1").
+struct HeldServer {
+  explicit HeldServer(HttpServerOptions options = test_options()) : server(options) {
+    server.route("GET", "/stream", pending.handler());
+    server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
+    server.start();
+  }
+  ResponderQueue pending;
+  HttpServer server;
 };
 
 // Waits (bounded) for a condition another thread makes true.
@@ -552,17 +575,10 @@ TEST_CASE("http: slow or silent clients are closed after the idle timeout") {
 }
 
 TEST_CASE("http: streaming from another thread, then the connection is reused") {
-  ResponderQueue pending;
-  HttpServer server(test_options());
-  server.route("GET", "/stream",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
-  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
-  server.start();
-
+  HeldServer held;
+  HttpServer& server = held.server;
   Conn c(server.port());
-  REQUIRE(c.send(get("/stream", "X-Request-Id: s1\r\n")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  auto r = held.pending.request(c, get("/stream", "X-Request-Id: s1\r\n"));
   CHECK(server.in_flight() == 1);
 
   Response head;
@@ -602,16 +618,13 @@ TEST_CASE("http: a client that hangs up is seen by the producer") {
   Metrics metrics;
   ResponderQueue pending;
   HttpServer server(test_options(), &metrics);
-  server.route("GET", "/stream",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.route("GET", "/stream", pending.handler());
   server.start();
 
   for (bool started : {true, false}) {
     CAPTURE(started);
     Conn c(server.port());
-    REQUIRE(c.send(get("/stream")));
-    auto r = pending.pop();
-    REQUIRE(r);
+    auto r = pending.request(c, get("/stream"));
     std::atomic<int> calls{0};
     r->on_disconnect([&] { ++calls; });
     if (started) {
@@ -644,15 +657,12 @@ TEST_CASE("http: the request timeout answers 504 and cancels the work") {
   o.request_timeout = 300ms;
   ResponderQueue pending;
   HttpServer server(o);
-  server.route("GET", "/never",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.route("GET", "/never", pending.handler());
   server.start();
 
   Conn c(server.port());
   const auto t0 = Clock::now();
-  REQUIRE(c.send(get("/never")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  auto r = pending.request(c, get("/never"));
   std::atomic<bool> cancelled{false};
   r->on_disconnect([&] { cancelled = true; });
   auto reply = c.read_response(3s);
@@ -676,17 +686,14 @@ TEST_CASE("http: a responder dropped without an answer is a 500") {
 TEST_CASE("http: draining refuses new work but finishes what is in flight") {
   ResponderQueue pending;
   HttpServer server(test_options());
-  server.route("GET", "/work",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.route("GET", "/work", pending.handler());
   server.route("GET", "/health", [](const Request&) { return Response::json(200, "1"); },
                RouteOptions{.available_while_draining = true});
   server.start();
   const uint16_t port = server.port();
 
   Conn busy(port);
-  REQUIRE(busy.send(get("/work")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  auto r = pending.request(busy, get("/work"));
 
   server.set_accepting(false);
   CHECK_FALSE(server.accepting());
@@ -711,14 +718,11 @@ TEST_CASE("http: draining refuses new work but finishes what is in flight") {
 TEST_CASE("http: stop() closes connections and tells pending work") {
   ResponderQueue pending;
   auto server = std::make_unique<HttpServer>(test_options());
-  server->route("GET", "/work",
-                Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server->route("GET", "/work", pending.handler());
   server->start();
 
   Conn c(server->port());
-  REQUIRE(c.send(get("/work")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  auto r = pending.request(c, get("/work"));
   std::atomic<bool> told{false};
   r->on_disconnect([&] { told = true; });
 
@@ -736,17 +740,9 @@ TEST_CASE("http: stop() closes connections and tells pending work") {
 }
 
 TEST_CASE("http: a stream read by a strict client: one chunk per write, then the zero chunk") {
-  ResponderQueue pending;
-  HttpServer server(test_options());
-  server.route("GET", "/stream",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
-  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
-  server.start();
-
-  Conn c(server.port());
-  REQUIRE(c.send(get("/stream")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  HeldServer held;
+  Conn c(held.server.port());
+  auto r = held.pending.request(c, get("/stream"));
   // The middle event is larger than a socket write, so it crosses reads.
   const std::vector<std::string> events = {"data: {\"n\":0}\n\n", "data: " + std::string(300000, 'x') + "\n\n",
                                            "data: [DONE]\n\n"};
@@ -787,17 +783,9 @@ TEST_CASE("http: a stream read by a strict client: one chunk per write, then the
 }
 
 TEST_CASE("http: a request pipelined behind a pending response waits its turn") {
-  ResponderQueue pending;
-  HttpServer server(test_options());
-  server.route("GET", "/work",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
-  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
-  server.start();
-
-  Conn c(server.port());
-  REQUIRE(c.send(get("/work", "X-Request-Id: first\r\n")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  HeldServer held;
+  Conn c(held.server.port());
+  auto r = held.pending.request(c, get("/stream", "X-Request-Id: first\r\n"));
   // Arrives while the server watches the connection for a hang-up.
   REQUIRE(c.send(get("/x", "X-Request-Id: second\r\n")));
   CHECK_FALSE(c.read_head(300ms).has_value());
@@ -809,7 +797,7 @@ TEST_CASE("http: a request pipelined behind a pending response waits its turn") 
     REQUIRE(reply.has_value());
     CHECK(reply->header("x-request-id") == id);
   }
-  CHECK(eventually([&] { return server.in_flight() == 0; }));
+  CHECK(eventually([&] { return held.server.in_flight() == 0; }));
 }
 
 TEST_CASE("http: Expect: 100-continue is answered before the body is sent") {
@@ -835,13 +823,8 @@ TEST_CASE("http: Expect: 100-continue is answered before the body is sent") {
 }
 
 TEST_CASE("http: HTTP/1.0 clients get HTTP/1.0 answers; their streams end with the connection") {
-  ResponderQueue pending;
-  HttpServer server(test_options());
-  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
-  server.route("GET", "/stream",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
-  server.start();
-  const uint16_t port = server.port();
+  HeldServer held;
+  const uint16_t port = held.server.port();
 
   SUBCASE("one answer, then closed") {
     Conn c(port);
@@ -865,9 +848,7 @@ TEST_CASE("http: HTTP/1.0 clients get HTTP/1.0 answers; their streams end with t
   }
   SUBCASE("a stream: no chunks, closed at its end") {
     Conn c(port);
-    REQUIRE(c.send("GET /stream HTTP/1.0\r\n\r\n"));
-    auto r = pending.pop();
-    REQUIRE(r);
+    auto r = held.pending.request(c, "GET /stream HTTP/1.0\r\n\r\n");
     r->start_stream(Response{200, "text/event-stream", "data: a\n\n", {}});
     r->write("data: b\n\n");
     r->end();
@@ -911,58 +892,39 @@ TEST_CASE("http: a handler's headers cannot split the response or replace the se
   }
 }
 
-TEST_CASE("http: the request timeout ends a stream with its zero chunk") {
-  HttpServerOptions o = test_options();
-  o.request_timeout = 300ms;
-  ResponderQueue pending;
-  HttpServer server(o);
-  server.route("GET", "/stream",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
-  server.start();
-
-  Conn c(server.port());
-  REQUIRE(c.send(get("/stream")));
-  auto r = pending.pop();
-  REQUIRE(r);
-  std::atomic<bool> cancelled{false};
-  r->on_disconnect([&] { cancelled = true; });
-  r->start_stream(Response{200, "text/event-stream", "data: first\n\n", {}});
-  auto h = c.read_head();
-  REQUIRE(h.has_value());
-  CHECK(h->header("connection") == "");  // chosen before the timeout
-  CHECK(c.read_chunk() == "data: first\n\n");
-  CHECK(c.read_chunk(3s) == "");
-  CHECK(cancelled);
-  CHECK(r->closed());
-  CHECK(c.closed_by_peer(3s));
-}
-
-TEST_CASE("http: a client that stops reading is closed after the idle timeout") {
-  HttpServerOptions o = test_options();
-  o.idle_timeout = 300ms;
-  o.request_timeout = 60s;  // so only the stalled write can end it
-  ResponderQueue pending;
-  HttpServer server(o);
-  server.route("GET", "/stream",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
-  server.start();
-
-  Conn c(server.port());
-  REQUIRE(c.send(get("/stream")));
-  auto r = pending.pop();
-  REQUIRE(r);
-  std::atomic<bool> told{false};
-  r->on_disconnect([&] { told = true; });
-  r->start_stream(Response{200, "text/event-stream", "", {}});
-  // The client reads nothing: once the socket buffers are full the writes stall.
-  const std::string block(1 << 20, 'x');
-  for (int i = 0; i < 64 && !r->closed(); ++i) {
-    r->write(block);
-    std::this_thread::sleep_for(20ms);
+TEST_CASE("http: a stream past the request timeout, or stalled by a client that reads nothing, ends") {
+  for (bool stalled : {false, true}) {
+    CAPTURE(stalled);
+    HttpServerOptions o = test_options();
+    // One timeout at a time: the other is out of reach.
+    o.request_timeout = stalled ? 60s : 300ms;
+    o.idle_timeout = stalled ? 300ms : 60s;
+    HeldServer held(o);
+    Conn c(held.server.port());
+    auto r = held.pending.request(c, get("/stream"));
+    std::atomic<bool> told{false};
+    r->on_disconnect([&] { told = true; });
+    r->start_stream(Response{200, "text/event-stream", "data: first\n\n", {}});
+    auto h = c.read_head();
+    REQUIRE(h.has_value());
+    CHECK(h->header("connection") == "");  // chosen before the end was known
+    CHECK(c.read_chunk() == "data: first\n\n");
+    if (stalled) {
+      // Once the socket buffers are full the writes stall.
+      const std::string block(1 << 20, 'x');
+      for (int i = 0; i < 64 && !r->closed(); ++i) {
+        r->write(block);
+        std::this_thread::sleep_for(20ms);
+      }
+    } else {
+      // Timed out: the stream still ends properly, then the connection closes.
+      CHECK(c.read_chunk(3s) == "");
+      CHECK(c.closed_by_peer(3s));
+    }
+    CHECK(eventually([&] { return told.load(); }, 5s));
+    CHECK(r->closed());
+    CHECK(eventually([&] { return held.server.in_flight() == 0; }));
   }
-  CHECK(eventually([&] { return told.load(); }, 5s));
-  CHECK(r->closed());
-  CHECK(eventually([&] { return server.in_flight() == 0; }));
 }
 
 TEST_CASE("http: a busy port is a clear error") {
