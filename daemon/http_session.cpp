@@ -125,7 +125,7 @@ using Piece = std::variant<http::response<http::string_body>,  // a complete res
 
 }  // namespace
 
-class Session : public ExchangeHost, public std::enable_shared_from_this<Session> {
+class Session final : public ExchangeHost, public std::enable_shared_from_this<Session> {
  public:
   Session(ServerState& server, tcp::socket socket)
       : server_(server), stream_(std::move(socket)), deadline_(stream_.get_executor()) {
@@ -279,7 +279,6 @@ class Session : public ExchangeHost, public std::enable_shared_from_this<Session
   void end_exchange(bool client_gone) {
     if (!exchange_) return;
     auto ex = std::move(exchange_);
-    exchange_.reset();
     phase_ = Phase::Idle;
     deadline_.cancel();
     if (client_gone) ex->disconnect();
@@ -300,7 +299,11 @@ class Session : public ExchangeHost, public std::enable_shared_from_this<Session
   void send(Response r) {
     if (phase_ != Phase::Pending) return;
     auto msg = head<http::string_body>(r);
-    msg.body() = std::move(r.body);
+    // HTTP allows 1xx, 204 and 304 no body, and prepare_payload() throws on one.
+    const auto code = msg.result();
+    if (http::to_status_class(code) != http::status_class::informational && code != http::status::no_content &&
+        code != http::status::not_modified)
+      msg.body() = std::move(r.body);
     msg.prepare_payload();
     queue(std::move(msg));
     phase_ = Phase::Finishing;
@@ -336,7 +339,8 @@ class Session : public ExchangeHost, public std::enable_shared_from_this<Session
     else if (phase_ == Phase::Streaming) end();
   }
 
-  // The status line and headers of `r`, with the server's own headers.
+  // The status line and headers of `r`, with the server's own headers. Notes the
+  // status for metrics, and while draining that the connection closes after.
   template <class Body>
   http::response<Body> head(const Response& r) {
     status_ = r.status;
@@ -383,8 +387,8 @@ class Session : public ExchangeHost, public std::enable_shared_from_this<Session
   }
 
   void on_written(error_code ec) {
+    head_writer_.reset();  // before the message it refers to
     writing_.reset();
-    head_writer_.reset();
     if (closed_) return;
     if (ec) return abort(ec == beast::error::timeout ? "write timed out" : "client went away");
     if (!queue_.empty()) return write_next();
@@ -479,7 +483,6 @@ class Session : public ExchangeHost, public std::enable_shared_from_this<Session
     if (!why.empty()) spdlog::debug("http: closing {}: {}", peer_, why);
     end_exchange(/*client_gone=*/true);
     closed_ = true;
-    deadline_.cancel();
     error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();

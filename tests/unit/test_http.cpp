@@ -892,6 +892,26 @@ TEST_CASE("http: a handler's headers cannot split the response or replace the se
   }
 }
 
+TEST_CASE("http: a handler's impossible status or body is corrected, not fatal") {
+  HttpServer server(test_options());
+  server.route("GET", "/empty", [](const Request&) { return Response::json(204, "\"dropped\""); });
+  server.route("GET", "/nonsense", [](const Request&) { return Response::json(-1, "{}"); });
+  server.start();
+
+  Conn c(server.port());
+  for (int i = 0; i < 2; ++i) {  // the connection and the I/O threads live on
+    REQUIRE(c.send(get("/empty")));
+    auto r = c.read_response();
+    REQUIRE(r.has_value());
+    CHECK(r->status == 204);
+    CHECK(r->body == "");
+    REQUIRE(c.send(get("/nonsense")));
+    r = c.read_response();
+    REQUIRE(r.has_value());
+    CHECK(r->status == 500);
+  }
+}
+
 TEST_CASE("http: a stream past the request timeout, or stalled by a client that reads nothing, ends") {
   for (bool stalled : {false, true}) {
     CAPTURE(stalled);
