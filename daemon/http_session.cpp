@@ -343,12 +343,12 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   // status for metrics, and while draining that the connection closes after.
   template <class Body>
   http::response<Body> head(const Response& r) {
-    status_ = r.status;
+    // Beast refuses codes outside 100-999; a handler's mistake must not end the I/O thread.
+    status_ = r.status >= 100 && r.status <= 999 ? r.status : 500;
     http::response<Body> msg;
     msg.version(http_version_ >= 11 ? 11 : 10);
-    // Beast refuses codes outside 100-999; a handler's mistake must not end the I/O thread.
-    msg.result(r.status >= 100 && r.status <= 999 ? r.status : 500);
-    if (http::int_to_status(msg.result_int()) == http::status::unknown) msg.reason("Status");
+    msg.result(static_cast<unsigned>(status_));
+    if (msg.result() == http::status::unknown) msg.reason("Status");
     for (const auto& [name, value] : r.headers)
       if (!name.empty() && !server_owned(name)) msg.insert(header_safe(name), header_safe(value));
     msg.set(http::field::content_type, header_safe(r.content_type));
