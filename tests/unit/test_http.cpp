@@ -20,6 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
@@ -31,6 +35,7 @@
 
 using namespace inferd::daemon;
 using namespace std::chrono_literals;
+namespace http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -84,13 +89,8 @@ class Conn {
   // Reads until `n` bytes are buffered; false on EOF, error or deadline.
   bool fill(size_t n, std::chrono::milliseconds timeout = 5s) {
     const auto deadline = Clock::now() + timeout;
-    while (buf_.size() < n) {
-      if (!wait_readable(deadline)) return false;
-      char tmp[16384];
-      const ssize_t got = ::recv(fd_, tmp, sizeof tmp, 0);
-      if (got <= 0) return false;
-      buf_.append(tmp, static_cast<size_t>(got));
-    }
+    while (buf_.size() < n)
+      if (receive(deadline) != Received::Data) return false;
     return true;
   }
 
@@ -103,11 +103,7 @@ class Conn {
         buf_.erase(0, pos + delim.size());
         return out;
       }
-      if (!wait_readable(deadline)) return std::nullopt;
-      char tmp[16384];
-      const ssize_t got = ::recv(fd_, tmp, sizeof tmp, 0);
-      if (got <= 0) return std::nullopt;
-      buf_.append(tmp, static_cast<size_t>(got));
+      if (receive(deadline) != Received::Data) return std::nullopt;
     }
   }
 
@@ -158,6 +154,31 @@ class Conn {
     return r;
   }
 
+  // Feeds the next response to Beast's parser, a strict client: chunk framing, the
+  // end of a body (a zero chunk, Content-Length or EOF). False on a parse error,
+  // an incomplete response or the deadline.
+  template <class Parser>
+  bool parse(Parser& parser, std::chrono::milliseconds timeout = 5s) {
+    const auto deadline = Clock::now() + timeout;
+    parser.eager(true);
+    while (!parser.is_done()) {
+      boost::system::error_code ec;
+      buf_.erase(0, parser.put(boost::asio::buffer(buf_), ec));
+      if (ec && ec != boost::beast::http::error::need_more) return false;
+      if (parser.is_done()) break;
+      switch (receive(deadline)) {
+        case Received::Data:
+          break;
+        case Received::Eof:
+          parser.put_eof(ec);
+          return !ec && parser.is_done();
+        case Received::Nothing:
+          return false;
+      }
+    }
+    return true;
+  }
+
   // True when the server closes the connection (EOF or reset) within `timeout`;
   // anything it sends first is discarded.
   bool closed_by_peer(std::chrono::milliseconds timeout) {
@@ -171,6 +192,18 @@ class Conn {
   }
 
  private:
+  enum class Received { Data, Eof, Nothing };
+  // Appends what arrives before the deadline.
+  Received receive(Clock::time_point deadline) {
+    if (!wait_readable(deadline)) return Received::Nothing;
+    char tmp[16384];
+    const ssize_t got = ::recv(fd_, tmp, sizeof tmp, 0);
+    if (got == 0) return Received::Eof;
+    if (got < 0) return Received::Nothing;
+    buf_.append(tmp, static_cast<size_t>(got));
+    return Received::Data;
+  }
+
   bool wait_readable(Clock::time_point deadline) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return false;
@@ -213,10 +246,21 @@ HttpServerOptions test_options() {
 // Hands responders from handlers to the test thread, which plays the engine.
 class ResponderQueue {
  public:
+  // A handler that only queues its responder.
+  Handler handler() {
+    return [this](const Request&, std::shared_ptr<Responder> r) { push(std::move(r)); };
+  }
   void push(std::shared_ptr<Responder> r) {
     std::lock_guard lock(mu_);
     q_.push_back(std::move(r));
     cv_.notify_all();
+  }
+  // Sends `raw` on `c` and returns the responder its handler queued.
+  std::shared_ptr<Responder> request(Conn& c, const std::string& raw) {
+    REQUIRE(c.send(raw));
+    auto r = pop();
+    REQUIRE(r);
+    return r;
   }
   std::shared_ptr<Responder> pop(std::chrono::milliseconds timeout = 5s) {
     std::unique_lock lock(mu_);
@@ -230,6 +274,18 @@ class ResponderQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Responder>> q_;
+};
+
+// A started server with a route whose responders the test thread holds (GET
+// /stream) and one that answers at once (GET /x, "1").
+struct HeldServer {
+  explicit HeldServer(HttpServerOptions options = test_options()) : server(options) {
+    server.route("GET", "/stream", pending.handler());
+    server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
+    server.start();
+  }
+  ResponderQueue pending;
+  HttpServer server;
 };
 
 // Waits (bounded) for a condition another thread makes true.
@@ -519,17 +575,10 @@ TEST_CASE("http: slow or silent clients are closed after the idle timeout") {
 }
 
 TEST_CASE("http: streaming from another thread, then the connection is reused") {
-  ResponderQueue pending;
-  HttpServer server(test_options());
-  server.route("GET", "/stream",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
-  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); });
-  server.start();
-
+  HeldServer held;
+  HttpServer& server = held.server;
   Conn c(server.port());
-  REQUIRE(c.send(get("/stream", "X-Request-Id: s1\r\n")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  auto r = held.pending.request(c, get("/stream", "X-Request-Id: s1\r\n"));
   CHECK(server.in_flight() == 1);
 
   Response head;
@@ -569,16 +618,13 @@ TEST_CASE("http: a client that hangs up is seen by the producer") {
   Metrics metrics;
   ResponderQueue pending;
   HttpServer server(test_options(), &metrics);
-  server.route("GET", "/stream",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.route("GET", "/stream", pending.handler());
   server.start();
 
   for (bool started : {true, false}) {
     CAPTURE(started);
     Conn c(server.port());
-    REQUIRE(c.send(get("/stream")));
-    auto r = pending.pop();
-    REQUIRE(r);
+    auto r = pending.request(c, get("/stream"));
     std::atomic<int> calls{0};
     r->on_disconnect([&] { ++calls; });
     if (started) {
@@ -611,15 +657,12 @@ TEST_CASE("http: the request timeout answers 504 and cancels the work") {
   o.request_timeout = 300ms;
   ResponderQueue pending;
   HttpServer server(o);
-  server.route("GET", "/never",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.route("GET", "/never", pending.handler());
   server.start();
 
   Conn c(server.port());
   const auto t0 = Clock::now();
-  REQUIRE(c.send(get("/never")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  auto r = pending.request(c, get("/never"));
   std::atomic<bool> cancelled{false};
   r->on_disconnect([&] { cancelled = true; });
   auto reply = c.read_response(3s);
@@ -643,17 +686,14 @@ TEST_CASE("http: a responder dropped without an answer is a 500") {
 TEST_CASE("http: draining refuses new work but finishes what is in flight") {
   ResponderQueue pending;
   HttpServer server(test_options());
-  server.route("GET", "/work",
-               Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server.route("GET", "/work", pending.handler());
   server.route("GET", "/health", [](const Request&) { return Response::json(200, "1"); },
                RouteOptions{.available_while_draining = true});
   server.start();
   const uint16_t port = server.port();
 
   Conn busy(port);
-  REQUIRE(busy.send(get("/work")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  auto r = pending.request(busy, get("/work"));
 
   server.set_accepting(false);
   CHECK_FALSE(server.accepting());
@@ -678,14 +718,11 @@ TEST_CASE("http: draining refuses new work but finishes what is in flight") {
 TEST_CASE("http: stop() closes connections and tells pending work") {
   ResponderQueue pending;
   auto server = std::make_unique<HttpServer>(test_options());
-  server->route("GET", "/work",
-                Handler([&](const Request&, std::shared_ptr<Responder> r) { pending.push(std::move(r)); }));
+  server->route("GET", "/work", pending.handler());
   server->start();
 
   Conn c(server->port());
-  REQUIRE(c.send(get("/work")));
-  auto r = pending.pop();
-  REQUIRE(r);
+  auto r = pending.request(c, get("/work"));
   std::atomic<bool> told{false};
   r->on_disconnect([&] { told = true; });
 
@@ -700,6 +737,214 @@ TEST_CASE("http: stop() closes connections and tells pending work") {
   r->write("data: x\n\n");
   r->send(Response::json(200, "{}"));
   r.reset();
+}
+
+TEST_CASE("http: a stream read by a strict client: one chunk per write, then the zero chunk") {
+  HeldServer held;
+  Conn c(held.server.port());
+  auto r = held.pending.request(c, get("/stream"));
+  // The middle event is larger than a socket write, so it crosses reads.
+  const std::vector<std::string> events = {"data: {\"n\":0}\n\n", "data: " + std::string(300000, 'x') + "\n\n",
+                                           "data: [DONE]\n\n"};
+  r->start_stream(Response{200, "text/event-stream", events[0], {{"Cache-Control", "no-cache"}}});
+  r->write(events[1]);
+  r->write(events[2]);
+  r->end();
+
+  http::response_parser<http::string_body> parser;
+  std::vector<uint64_t> chunk_sizes;
+  std::string body;
+  // Beast keeps references to the callbacks.
+  auto on_chunk_header = [&](uint64_t size, boost::beast::string_view, boost::system::error_code&) {
+    chunk_sizes.push_back(size);
+  };
+  auto on_chunk_body = [&](uint64_t, boost::beast::string_view data, boost::system::error_code&) {
+    body.append(data);
+    return data.size();
+  };
+  parser.on_chunk_header(on_chunk_header);
+  parser.on_chunk_body(on_chunk_body);
+  REQUIRE(c.parse(parser));
+  const auto& msg = parser.get();
+  CHECK(msg.result_int() == 200);
+  CHECK(msg.version() == 11);
+  CHECK(msg.chunked());
+  CHECK(msg.keep_alive());
+  CHECK(msg[http::field::content_type] == "text/event-stream");
+  CHECK(msg[http::field::cache_control] == "no-cache");
+  CHECK(chunk_sizes == std::vector<uint64_t>{events[0].size(), events[1].size(), events[2].size(), 0});
+  CHECK(body == events[0] + events[1] + events[2]);
+
+  // Nothing follows the zero chunk but the next response.
+  REQUIRE(c.send(get("/x")));
+  http::response_parser<http::string_body> next;
+  REQUIRE(c.parse(next));
+  CHECK(next.get().body() == "1");
+}
+
+TEST_CASE("http: a request pipelined behind a pending response waits its turn") {
+  HeldServer held;
+  Conn c(held.server.port());
+  auto r = held.pending.request(c, get("/stream", "X-Request-Id: first\r\n"));
+  // Arrives while the server watches the connection for a hang-up.
+  REQUIRE(c.send(get("/x", "X-Request-Id: second\r\n")));
+  CHECK_FALSE(c.read_head(300ms).has_value());
+  CHECK_FALSE(r->closed());
+
+  r->send(Response::json(200, "\"done\""));
+  for (const char* id : {"first", "second"}) {
+    auto reply = c.read_response();
+    REQUIRE(reply.has_value());
+    CHECK(reply->header("x-request-id") == id);
+  }
+  CHECK(eventually([&] { return held.server.in_flight() == 0; }));
+}
+
+TEST_CASE("http: Expect: 100-continue is answered before the body is sent") {
+  HttpServer server(test_options());  // max_body_bytes = 1024
+  server.route("POST", "/echo", [](const Request& req) { return Response::json(200, req.body); });
+  server.start();
+
+  Conn c(server.port());
+  REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"));
+  CHECK(c.read_until("\r\n\r\n") == "HTTP/1.1 100 Continue\r\n\r\n");
+  REQUIRE(c.send("\"hi\""));
+  auto r = c.read_response();
+  REQUIRE(r.has_value());
+  CHECK(r->status == 200);
+  CHECK(r->body == "\"hi\"");
+
+  // Over the limit: refused at once, no 100.
+  Conn big(server.port());
+  REQUIRE(big.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n"));
+  auto refused = big.read_response();
+  REQUIRE(refused.has_value());
+  CHECK(refused->status == 413);
+}
+
+TEST_CASE("http: HTTP/1.0 clients get HTTP/1.0 answers; their streams end with the connection") {
+  HeldServer held;
+  const uint16_t port = held.server.port();
+
+  SUBCASE("one answer, then closed") {
+    Conn c(port);
+    REQUIRE(c.send("GET /x HTTP/1.0\r\n\r\n"));
+    http::response_parser<http::string_body> p;
+    REQUIRE(c.parse(p));
+    CHECK(p.get().version() == 10);
+    CHECK_FALSE(p.get().keep_alive());
+    CHECK(p.get().body() == "1");
+    CHECK(c.closed_by_peer(3s));
+  }
+  SUBCASE("kept alive when asked") {
+    Conn c(port);
+    for (int i = 0; i < 2; ++i) {
+      REQUIRE(c.send("GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+      http::response_parser<http::string_body> p;
+      REQUIRE(c.parse(p));
+      CHECK(p.get().version() == 10);
+      CHECK(p.get().keep_alive());
+    }
+  }
+  SUBCASE("a stream: no chunks, closed at its end") {
+    Conn c(port);
+    auto r = held.pending.request(c, "GET /stream HTTP/1.0\r\n\r\n");
+    r->start_stream(Response{200, "text/event-stream", "data: a\n\n", {}});
+    r->write("data: b\n\n");
+    r->end();
+    http::response_parser<http::string_body> p;
+    REQUIRE(c.parse(p));  // the body ends at EOF
+    CHECK(p.get().version() == 10);
+    CHECK_FALSE(p.get().chunked());
+    CHECK_FALSE(p.get().has_content_length());
+    CHECK(p.get().body() == "data: a\n\ndata: b\n\n");
+  }
+}
+
+TEST_CASE("http: a handler's headers cannot split the response or replace the server's own") {
+  HttpServer server(test_options());
+  server.route("GET", "/h", [](const Request&) {
+    Response r = Response::json(200, "{}");
+    r.content_type = "text/plain\r\nX-Injected: yes";
+    r.headers = {{"X-Note", "a\r\nX-Injected: yes"},
+                 {"X-Split\nInjected", "yes"},
+                 {"Content-Length", "999"},
+                 {"Connection", "close"},
+                 {"X-Request-Id", "forged"}};
+    return r;
+  });
+  server.start();
+
+  Conn c(server.port());
+  for (int i = 0; i < 2; ++i) {  // the connection stays usable
+    REQUIRE(c.send(get("/h", "X-Request-Id: mine\r\n")));
+    auto r = c.read_response();
+    REQUIRE(r.has_value());
+    CHECK(r->status == 200);
+    CHECK(r->header("x-injected") == "");
+    CHECK(r->header("injected") == "");
+    CHECK(r->header("x-note") == "a  X-Injected: yes");
+    CHECK(r->header("content-type") == "text/plain  X-Injected: yes");
+    CHECK(r->header("content-length") == "2");
+    CHECK(r->header("connection") == "");
+    CHECK(r->header("x-request-id") == "mine");
+    CHECK(r->body == "{}");
+  }
+}
+
+TEST_CASE("http: a handler's impossible status or body is corrected, not fatal") {
+  HttpServer server(test_options());
+  server.route("GET", "/empty", [](const Request&) { return Response::json(204, "\"dropped\""); });
+  server.route("GET", "/nonsense", [](const Request&) { return Response::json(-1, "{}"); });
+  server.start();
+
+  Conn c(server.port());
+  for (int i = 0; i < 2; ++i) {  // the connection and the I/O threads live on
+    REQUIRE(c.send(get("/empty")));
+    auto r = c.read_response();
+    REQUIRE(r.has_value());
+    CHECK(r->status == 204);
+    CHECK(r->body == "");
+    REQUIRE(c.send(get("/nonsense")));
+    r = c.read_response();
+    REQUIRE(r.has_value());
+    CHECK(r->status == 500);
+  }
+}
+
+TEST_CASE("http: a stream past the request timeout, or stalled by a client that reads nothing, ends") {
+  for (bool stalled : {false, true}) {
+    CAPTURE(stalled);
+    HttpServerOptions o = test_options();
+    // One timeout at a time: the other is out of reach.
+    o.request_timeout = stalled ? 60s : 300ms;
+    o.idle_timeout = stalled ? 300ms : 60s;
+    HeldServer held(o);
+    Conn c(held.server.port());
+    auto r = held.pending.request(c, get("/stream"));
+    std::atomic<bool> told{false};
+    r->on_disconnect([&] { told = true; });
+    r->start_stream(Response{200, "text/event-stream", "data: first\n\n", {}});
+    auto h = c.read_head();
+    REQUIRE(h.has_value());
+    CHECK(h->header("connection") == "");  // chosen before the end was known
+    CHECK(c.read_chunk() == "data: first\n\n");
+    if (stalled) {
+      // Once the socket buffers are full the writes stall.
+      const std::string block(1 << 20, 'x');
+      for (int i = 0; i < 64 && !r->closed(); ++i) {
+        r->write(block);
+        std::this_thread::sleep_for(20ms);
+      }
+    } else {
+      // Timed out: the stream still ends properly, then the connection closes.
+      CHECK(c.read_chunk(3s) == "");
+      CHECK(c.closed_by_peer(3s));
+    }
+    CHECK(eventually([&] { return told.load(); }, 5s));
+    CHECK(r->closed());
+    CHECK(eventually([&] { return held.server.in_flight() == 0; }));
+  }
 }
 
 TEST_CASE("http: a busy port is a clear error") {

@@ -1,0 +1,54 @@
+// Connections: the part of HttpServer that speaks HTTP on a socket. Only
+// http_session.cpp includes Beast.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "daemon/http_responder.hpp"
+#include "daemon/http_router.hpp"
+#include "daemon/http_server.hpp"
+
+namespace inferd::daemon {
+
+class Gauge;
+class Metrics;
+class Session;
+
+// What the connections share with their server.
+struct ServerState {
+  ServerState(HttpServerOptions options, Metrics* metrics);
+
+  // A request handed to a handler, and its end with the status it got.
+  void request_started();
+  void request_finished(const std::string& route, const std::string& method, int status,
+                        std::chrono::steady_clock::time_point started);
+
+  HttpServerOptions opts;
+  Router router;
+  Metrics* metrics;
+  Gauge* in_flight_gauge = nullptr;
+  std::atomic<bool> accepting{true};
+  std::atomic<int> in_flight{0};
+  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
+
+  std::mutex sessions_mu;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+};
+
+// Serves requests on an accepted socket until the client or the server closes it.
+void start_session(ServerState& server, boost::asio::ip::tcp::socket socket);
+// Closes every connection; their pending responders report closed(). Only once
+// the I/O threads have stopped.
+void close_sessions(ServerState& server);
+
+// "host:port", with brackets around an IPv6 host.
+std::string endpoint_text(const std::string& host, uint16_t port);
+
+}  // namespace inferd::daemon
