@@ -158,7 +158,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   void shut_down() { abort("server stopping"); }
 
  private:
-  enum class Phase { Idle, Pending, Streaming, Finishing };
+  enum class ResponseState { Idle, Pending, Streaming, Finishing };
   // What follows a finished response once the read watching the client stops.
   enum class Next { ReadRequest, Linger };
 
@@ -271,7 +271,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
     started_ = Clock::now();
     status_ = 0;
     chunked_ = false;
-    phase_ = Phase::Pending;
+    response_ = ResponseState::Pending;
     server_.request_started();
   }
 
@@ -279,7 +279,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   void end_exchange(bool client_gone) {
     if (!exchange_) return;
     auto ex = std::move(exchange_);
-    phase_ = Phase::Idle;
+    response_ = ResponseState::Idle;
     deadline_.cancel();
     if (client_gone) ex->disconnect();
     else ex->finish();
@@ -297,7 +297,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   }
 
   void send(Response r) {
-    if (phase_ != Phase::Pending) return;
+    if (response_ != ResponseState::Pending) return;
     auto msg = head<http::string_body>(r);
     // HTTP allows 1xx, 204 and 304 no body, and prepare_payload() throws on one.
     const auto code = msg.result();
@@ -306,37 +306,37 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
       msg.body() = std::move(r.body);
     msg.prepare_payload();
     queue(std::move(msg));
-    phase_ = Phase::Finishing;
+    response_ = ResponseState::Finishing;
   }
 
   void start_stream(Response r) {
-    if (phase_ != Phase::Pending) return;
+    if (response_ != ResponseState::Pending) return;
     // HTTP/1.0 has no chunked encoding: the stream ends when the connection does.
     chunked_ = http_version_ >= 11;
     if (!chunked_) close_after_ = true;
     auto msg = head<http::empty_body>(r);
     msg.chunked(chunked_);
     queue(std::move(msg));
-    phase_ = Phase::Streaming;
+    response_ = ResponseState::Streaming;
     write(std::move(r.body));
   }
 
   void write(std::string data) {
     // An empty chunk would end the chunked stream early.
-    if (phase_ != Phase::Streaming || data.empty()) return;
+    if (response_ != ResponseState::Streaming || data.empty()) return;
     queue(std::move(data));
   }
 
   void end() {
-    if (phase_ != Phase::Streaming) return;
+    if (response_ != ResponseState::Streaming) return;
     if (chunked_) queue(LastChunk{});
-    phase_ = Phase::Finishing;
+    response_ = ResponseState::Finishing;
     maybe_finish();
   }
 
   void abandoned() {
-    if (phase_ == Phase::Pending) send(Response::error(500, "the handler produced no response"));
-    else if (phase_ == Phase::Streaming) end();
+    if (response_ == ResponseState::Pending) send(Response::error(500, "the handler produced no response"));
+    else if (response_ == ResponseState::Streaming) end();
   }
 
   // The status line and headers of `r`, with the server's own headers. Notes the
@@ -396,7 +396,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   }
 
   void maybe_finish() {
-    if (phase_ != Phase::Finishing || writing_ || !queue_.empty()) return;
+    if (response_ != ResponseState::Finishing || writing_ || !queue_.empty()) return;
     end_exchange(/*client_gone=*/false);
     proceed(close_after_ || !keep_alive_ ? Next::Linger : Next::ReadRequest);
   }
@@ -472,8 +472,8 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
     // The work behind it stops; the client learns why if nothing was sent yet.
     exchange_->disconnect();
     close_after_ = true;
-    if (phase_ == Phase::Pending) send(Response::error(504, "the request timed out"));
-    else if (phase_ == Phase::Streaming) end();
+    if (response_ == ResponseState::Pending) send(Response::error(504, "the request timed out"));
+    else if (response_ == ResponseState::Streaming) end();
     maybe_finish();
   }
 
@@ -505,7 +505,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
 
   // The current request.
   std::shared_ptr<Exchange> exchange_;
-  Phase phase_ = Phase::Idle;
+  ResponseState response_ = ResponseState::Idle;
   std::string request_id_;
   std::string route_;
   std::string method_;
