@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 import gguf
+from truncate_gguf import copy_field, finish
 
 SHAPES = {
     "1b": dict(dim=2048, layers=16, heads=32, kv_heads=8, ffn=8192),
@@ -44,9 +45,7 @@ def main() -> int:
     w = gguf.GGUFWriter(a.out, arch="llama")
     for name, field in donor.fields.items():
         if name.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(name, field.contents(), vtype, sub)
+            copy_field(w, name, field)
     w.add_name(f"random-{a.shape}-{a.type}")
     w.add_context_length(8192)
     w.add_embedding_length(s["dim"])
@@ -76,10 +75,7 @@ def main() -> int:
         put(f"blk.{i}.ffn_norm.weight", np.ones(d, dtype=np.float32))
         for k, v in layer.items():
             put(f"blk.{i}.{k}.weight", v)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return 0
 
 

@@ -17,6 +17,20 @@ import sys
 import gguf
 
 
+def copy_field(w: "gguf.GGUFWriter", name: str, field, value=None) -> None:
+    """Copies one metadata key of a GGUFReader into a GGUFWriter (or `value` under its type)."""
+    vtype = field.types[0]
+    sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+    w.add_key_value(name, field.contents() if value is None else value, vtype, sub)
+
+
+def finish(w: "gguf.GGUFWriter") -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("src")
@@ -30,23 +44,18 @@ def main() -> int:
     for name, field in r.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
-        vtype = field.types[0]
-        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-        val = field.contents()
+        value = None
         if name == f"{arch}.block_count":
-            if a.blocks > val:
-                sys.exit(f"{a.src} has {val} blocks, fewer than {a.blocks}")
-            val = a.blocks
-        w.add_key_value(name, val, vtype, sub)
+            if a.blocks > field.contents():
+                sys.exit(f"{a.src} has {field.contents()} blocks, fewer than {a.blocks}")
+            value = a.blocks
+        copy_field(w, name, field, value)
     for t in r.tensors:
         m = re.match(r"blk\.(\d+)\.", t.name)
         if m and int(m.group(1)) >= a.blocks:
             continue
         w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return 0
 
 

@@ -10,16 +10,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "tests/engine_generate.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 
 using namespace inferd;
@@ -32,47 +30,6 @@ std::string model_path() {
   if (const char* m = std::getenv("INFERD_MODEL")) return m;
   const char* home = std::getenv("HOME");
   return std::string(home ? home : "") + "/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-struct Out {
-  std::vector<int32_t> ids;
-  std::vector<float> margin;   // best minus second-best logprob at each token
-  std::vector<float> logprob;  // of the chosen token
-};
-
-std::vector<Out> generate(engine::Engine& eng, const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Out> out(prompts.size());
-  size_t done = 0;
-  std::vector<engine::GenerationRequest> reqs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    engine::GenerationRequest r;
-    r.id = "g" + std::to_string(i);
-    r.prompt = prompts[i];
-    r.sampling.temperature = 0;
-    r.sampling.logprobs = 2;
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    r.sink = [&, i](engine::Delta&& d) {
-      std::lock_guard lk(mu);
-      for (const auto& t : d.tokens) {
-        out[i].ids.push_back(t.id);
-        out[i].logprob.push_back(t.logprob);
-        out[i].margin.push_back(t.top.size() >= 2 ? t.top[0].second - t.top[1].second : 1e9f);
-      }
-      if (d.finish != engine::FinishReason::None) {
-        CHECK_MESSAGE(d.error.empty(), d.error);
-        ++done;
-        cv.notify_all();
-      }
-    };
-    reqs.push_back(std::move(r));
-  }
-  eng.submit_together(std::move(reqs));
-  std::unique_lock lk(mu);
-  REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == prompts.size(); }));
-  return out;
 }
 
 }  // namespace
@@ -94,15 +51,15 @@ TEST_CASE("engine: CUDA greedy tokens agree with the CPU's on a real model") {
   prompts.push_back(std::vector<int32_t>(longer.begin(), longer.begin() + 70));  // a shared prefix
   for (int s = 0; s < 5; ++s) prompts.push_back({1, 30 + s, 800 + 7 * s});      // a wider decode batch
 
-  std::vector<Out> want;
+  std::vector<test_engine::Generated> want;
   {
     engine::Engine cpu(o);
-    want = generate(cpu, prompts, 24);
+    want = test_engine::generate_greedy(cpu, prompts, 24);
   }
   o.backend = [] { return kernels::make_cuda_backend(0); };
   engine::Engine gpu(o);
   MESSAGE("backend: " << gpu.backend().name());
-  const auto got = generate(gpu, prompts, 24);
+  const auto got = test_engine::generate_greedy(gpu, prompts, 24);
 
   // Where the two agree: how far apart their logprobs for that token are.
   std::vector<size_t> agreed(prompts.size(), 0);

@@ -5,8 +5,6 @@
 // backend's memory, as a GPU backend needs. Also what submit() refuses.
 #include <doctest/doctest.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -17,6 +15,7 @@
 #include "engine/engine.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/host_memory.hpp"
+#include "tests/engine_generate.hpp"
 #include "test_paths.hpp"
 
 using namespace inferd;
@@ -140,37 +139,6 @@ engine::EngineOptions small_options() {
   return o;
 }
 
-// Greedy generation of several requests at once; their token ids in order.
-std::vector<std::vector<int32_t>> generate(engine::Engine& eng, const std::vector<std::vector<int32_t>>& prompts) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::vector<int32_t>> out(prompts.size());
-  size_t done = 0;
-  std::vector<engine::GenerationRequest> reqs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    engine::GenerationRequest r;
-    r.id = "t" + std::to_string(i);
-    r.prompt = prompts[i];
-    r.sampling.temperature = 0;
-    r.max_tokens = 12;
-    r.ignore_eos = true;
-    r.sink = [&, i](engine::Delta&& d) {
-      std::lock_guard lk(mu);
-      for (const auto& t : d.tokens) out[i].push_back(t.id);
-      if (d.finish != engine::FinishReason::None) {
-        CHECK(d.error.empty());
-        ++done;
-        cv.notify_all();
-      }
-    };
-    reqs.push_back(std::move(r));
-  }
-  eng.submit_together(std::move(reqs));
-  std::unique_lock lk(mu);
-  REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == prompts.size(); }));
-  return out;
-}
-
 std::vector<std::vector<int32_t>> test_prompts() {
   std::vector<std::vector<int32_t>> p;
   std::vector<int32_t> longer;
@@ -185,10 +153,10 @@ std::vector<std::vector<int32_t>> test_prompts() {
 
 TEST_CASE("engine on a device-like backend: same tokens as the CPU backend, every pointer in backend memory") {
   const auto prompts = test_prompts();
-  std::vector<std::vector<int32_t>> want;
+  std::vector<test_engine::Generated> want;
   {
     engine::Engine cpu(small_options());
-    want = generate(cpu, prompts);
+    want = test_engine::generate_greedy(cpu, prompts, 12);
   }
   DeviceLikeBackend* dev = nullptr;
   auto o = small_options();
@@ -202,9 +170,11 @@ TEST_CASE("engine on a device-like backend: same tokens as the CPU backend, ever
   // The weights were copied in and the KV cache lives there.
   CHECK(dev->uploaded() > 90u << 20);
   CHECK(dev->allocated() > (16u << 20) + (90u << 20));
-  const auto got = generate(eng, prompts);
-  CHECK(got == want);
-  for (const auto& g : got) CHECK(g.size() == 12);
+  const auto got = test_engine::generate_greedy(eng, prompts, 12);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    CHECK(got[p].ids == want[p].ids);
+    CHECK(got[p].ids.size() == 12);
+  }
 }
 
 TEST_CASE("engine: max_tokens near INT32_MAX is refused, not overflowed") {

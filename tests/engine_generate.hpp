@@ -1,0 +1,60 @@
+// Greedy generation of several requests submitted together, for tests that
+// compare engines: each request's token ids, the chosen token's logprob and the
+// margin between the two best tokens at each position.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+
+namespace test_engine {
+
+struct Generated {
+  std::vector<int32_t> ids;
+  std::vector<float> logprob;  // of the chosen token
+  std::vector<float> margin;   // best minus second-best logprob
+};
+
+inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
+                                              const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+  namespace engine = inferd::engine;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Generated> out(prompts.size());
+  size_t done = 0;
+  std::vector<engine::GenerationRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    engine::GenerationRequest r;
+    r.id = "g" + std::to_string(i);
+    r.prompt = prompts[i];
+    r.sampling.temperature = 0;
+    r.sampling.logprobs = 2;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.sink = [&, i](engine::Delta&& d) {
+      std::lock_guard lk(mu);
+      for (const auto& t : d.tokens) {
+        out[i].ids.push_back(t.id);
+        out[i].logprob.push_back(t.logprob);
+        out[i].margin.push_back(t.top.size() >= 2 ? t.top[0].second - t.top[1].second : 1e9f);
+      }
+      if (d.finish != engine::FinishReason::None) {
+        CHECK_MESSAGE(d.error.empty(), d.error);
+        ++done;
+        cv.notify_all();
+      }
+    };
+    reqs.push_back(std::move(r));
+  }
+  eng.submit_together(std::move(reqs));
+  std::unique_lock lk(mu);
+  REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == prompts.size(); }));
+  return out;
+}
+
+}  // namespace test_engine
