@@ -15,6 +15,8 @@
 #include <sstream>
 #include <variant>
 
+#include "kernels/backend_factory.hpp"
+
 namespace inferd::daemon {
 
 namespace {
@@ -128,6 +130,8 @@ std::string model_path(std::string& s) {
   return {};
 }
 
+std::string device_name(std::string& s) { return kernels::device_error(s); }
+
 std::string log_level(std::string& s) {
   for (std::string_view known : {"trace", "debug", "info", "warn", "error", "critical", "off"})
     if (s == known) return {};
@@ -173,6 +177,8 @@ const std::vector<Key>& keys() {
       string_key("model", "path", "model", &C::model, &ModelConfig::path, "model file (GGUF)", model_path),
       int_key("model", "max_model_len", "max-model-len", &C::model, &ModelConfig::max_model_len, 0, int64_t{1} << 24,
               "context length; 0 takes the model's"),
+      string_key("engine", "device", "device", &C::engine, &EngineConfig::device,
+                 "where the model runs: cpu, cuda or cuda:N (builds with CUDA)", device_name),
       int_key("engine", "threads", "threads", &C::engine, &EngineConfig::threads, 0, 1024,
               "compute threads; 0 uses every core"),
       int_key("engine", "max_num_seqs", "max-num-seqs", &C::engine, &EngineConfig::max_num_seqs, 1, 4096,

@@ -47,6 +47,7 @@ struct ModelConfig {
 };
 
 struct EngineConfig {
+  std::string device = "cpu";  // cpu, cuda or cuda:N
   int threads = 0;  // 0: every core
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;

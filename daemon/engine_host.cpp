@@ -14,6 +14,7 @@
 #include "daemon/health_routes.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/openai_routes.hpp"
+#include "kernels/backend_factory.hpp"
 
 namespace inferd::daemon {
 
@@ -36,6 +37,7 @@ engine::EngineOptions engine_options(const Config& cfg) {
   engine::EngineOptions o;
   o.model_path = cfg.model.path;
   o.threads = cfg.engine.threads;
+  o.backend = [device = cfg.engine.device, threads = cfg.engine.threads] { return kernels::make_backend(device, threads); };
   o.max_model_len = static_cast<int>(cfg.model.max_model_len);
   o.max_num_seqs = cfg.engine.max_num_seqs;
   o.max_num_batched_tokens = cfg.engine.max_num_batched_tokens;

@@ -67,7 +67,9 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   g.block_size = opts_.block_size;
   const size_t per_block = g.bytes_per_block_layer() * 2 * g.n_layers;
   const int min_blocks = (max_model_len_ + g.block_size - 1) / g.block_size + 1;
-  g.num_blocks = opts_.num_kv_blocks > 0 ? opts_.num_kv_blocks : static_cast<int>(opts_.kv_cache_bytes / per_block);
+  g.num_blocks = opts_.num_kv_blocks > 0    ? opts_.num_kv_blocks
+                 : opts_.kv_cache_bytes == 0 ? min_blocks
+                                             : static_cast<int>(opts_.kv_cache_bytes / per_block);
   // The cache never grows past what was configured: too small is an error naming the numbers.
   if (g.num_blocks < min_blocks)
     throw std::invalid_argument(

@@ -45,7 +45,7 @@ struct EngineOptions {
   int max_num_batched_tokens = 512;
   int block_size = 16;
   int num_kv_blocks = 0;            // 0: derived from kv_cache_bytes
-  size_t kv_cache_bytes = size_t(1) << 30;
+  size_t kv_cache_bytes = size_t(1) << 30;  // 0: the least that holds one sequence of max_model_len
   bool enable_prefix_caching = true;
   size_t max_waiting = 256;         // queued requests beyond this are refused
   // Makes the backend the model runs on; empty: the CPU backend with `threads`.

@@ -30,7 +30,7 @@ inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
   std::vector<engine::GenerationRequest> reqs;
   for (size_t i = 0; i < prompts.size(); ++i) {
     engine::GenerationRequest r;
-    r.id = "g" + std::to_string(i);
+    r.id = std::to_string(i);
     r.prompt = prompts[i];
     r.sampling.temperature = 0;
     r.sampling.logprobs = 2;

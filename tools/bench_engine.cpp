@@ -9,15 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "inferd_config.h"
-
 #include "engine/gguf_reader.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
+#include "kernels/backend_factory.hpp"
 #include "tools/inferctl_commands.hpp"
-#if INFERD_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.hpp"
-#endif
 
 namespace inferd::tools {
 namespace {
@@ -39,18 +35,6 @@ constexpr const char* kUsage =
     "aggregate of --batch streams decoding together. Median of --repetitions runs; seeded random\n"
     "token ids. --device cuda runs on CUDA device N (default 0), in builds with CUDA.\n";
 
-std::unique_ptr<kernels::Backend> make_backend(const std::string& device, int threads) {
-  if (device == "cpu") return kernels::make_cpu_backend(threads);
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
-#if INFERD_HAVE_CUDA
-    return kernels::make_cuda_backend(device == "cuda" ? 0 : std::stoi(device.substr(5)));
-#else
-    throw std::invalid_argument("--device " + device + ": this build has no CUDA backend (configure with -Dcuda=enabled)");
-#endif
-  }
-  throw std::invalid_argument("--device must be cpu, cuda or cuda:N, not '" + device + "'");
-}
-
 }  // namespace
 
 int cmd_bench_engine(const Args& args) {
@@ -68,7 +52,9 @@ int cmd_bench_engine(const Args& args) {
   std::vector<int> prompts;
   for (const auto& p : args.get_list("n-prompt", {"128", "512"})) prompts.push_back(std::stoi(p));
 
-  auto backend = make_backend(args.get("device", "cpu"), threads);
+  const std::string device = args.get("device", "cpu");
+  if (std::string why = kernels::device_error(device); !why.empty()) throw std::invalid_argument("--device " + why);
+  auto backend = kernels::make_backend(device, threads);
   auto file = engine::GgufFile::open(model_path);
   auto model = engine::load_model(*file, *backend);
   const auto& mc = model->config();

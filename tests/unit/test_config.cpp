@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include "inferd_config.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -289,6 +291,23 @@ target = "journald"
     CHECK(flag_error({"--max-waiting", "many"}) == "--max-waiting: expected an integer, got 'many'");
     CHECK(flag_error({"--max-waiting", "-1"}) == "--max-waiting: must be between 1 and 1048576, got -1");
     CHECK(usage().find("--max-waiting N") != std::string::npos);
+  }
+
+  TEST_CASE("config: [engine] device: cpu by default; cuda only in builds with CUDA; anything else is refused") {
+    CHECK(Config{}.engine.device == "cpu");
+    CHECK(load_config(cmdline({"--device", "cpu"})).engine.device == "cpu");
+    CHECK(flag_error({"--device", "tpu"}) == "--device: must be cpu, cuda or cuda:N, got 'tpu'");
+    CHECK(flag_error({"--device", "cuda:x"}) == "--device: must be cpu, cuda or cuda:N, got 'cuda:x'");
+    CHECK(config_error("[engine]\ndevice = \"cuda:-1\"\n") ==
+          "x.toml:2: [engine] device: must be cpu, cuda or cuda:N, got 'cuda:-1'");
+#if INFERD_HAVE_CUDA
+    CHECK(load_config(cmdline({"--device", "cuda:1"})).engine.device == "cuda:1");
+#else
+    CHECK(flag_error({"--device", "cuda"}) ==
+          "--device: 'cuda': this build has no CUDA backend (configure with -Dcuda=enabled)");
+    CHECK(config_error("[engine]\ndevice = \"cuda:0\"\n") ==
+          "x.toml:2: [engine] device: 'cuda:0': this build has no CUDA backend (configure with -Dcuda=enabled)");
+#endif
   }
 
   TEST_CASE("config: [warmup] and [health] keys, their flags and their errors") {
