@@ -420,6 +420,28 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
+// Keys that are parsed and checked but whose feature is not built yet: any value
+// but the default is refused, naming where it was set, so a deployment never runs
+// believing it has them.
+void refuse_unbuilt(const Config& cfg, const Origins& origins) {
+  const Config d;
+  auto refuse = [&](bool differs, std::string_view key, std::string_view what) {
+    if (!differs) return;
+    auto it = origins.find(key);
+    const std::string where = it != origins.end() ? it->second : std::string(key);
+    throw ConfigError(fmt::format("{}: {} is not implemented yet; leave it at its default", where, what));
+  };
+  refuse(cfg.engine.tensor_parallel_size != d.engine.tensor_parallel_size, "engine.tensor_parallel_size",
+         "tensor parallelism");
+  refuse(cfg.engine.gpu_memory_utilization != d.engine.gpu_memory_utilization, "engine.gpu_memory_utilization",
+         "sizing the KV cache by GPU memory");
+  refuse(cfg.parallel.nnodes != d.parallel.nnodes, "parallel.nnodes", "running on several nodes");
+  refuse(cfg.parallel.node_rank != d.parallel.node_rank, "parallel.node_rank", "running on several nodes");
+  refuse(cfg.parallel.master_addr != d.parallel.master_addr, "parallel.master_addr", "running on several nodes");
+  refuse(cfg.parallel.master_port != d.parallel.master_port, "parallel.master_port", "running on several nodes");
+  refuse(cfg.parallel.headless != d.parallel.headless, "parallel.headless", "a headless worker rank");
+}
+
 void check_across_keys(const Config& cfg, const Origins& origins) {
   if (cfg.parallel.node_rank >= cfg.parallel.nnodes) {
     auto it = origins.find("parallel.node_rank");
@@ -428,6 +450,7 @@ void check_across_keys(const Config& cfg, const Origins& origins) {
     throw ConfigError(fmt::format("{}: node_rank must be less than nnodes ({}), got {}", where, cfg.parallel.nnodes,
                                   cfg.parallel.node_rank));
   }
+  refuse_unbuilt(cfg, origins);
 }
 
 }  // namespace

@@ -105,14 +105,6 @@ max_num_seqs = 8
 max_num_batched_tokens = 256
 block_size = 32
 enable_prefix_caching = false
-gpu_memory_utilization = 1
-tensor_parallel_size = 2
-[parallel]
-nnodes = 2
-node_rank = 1
-master_addr = "10.0.0.1"
-master_port = 29600
-headless = true
 [log]
 level = "debug"
 target = "journald"
@@ -133,13 +125,6 @@ target = "journald"
     CHECK(c.engine.max_num_batched_tokens == 256);
     CHECK(c.engine.block_size == 32);
     CHECK_FALSE(c.engine.enable_prefix_caching);
-    CHECK(c.engine.gpu_memory_utilization == 1.0);
-    CHECK(c.engine.tensor_parallel_size == 2);
-    CHECK(c.parallel.nnodes == 2);
-    CHECK(c.parallel.node_rank == 1);
-    CHECK(c.parallel.master_addr == "10.0.0.1");
-    CHECK(c.parallel.master_port == 29600);
-    CHECK(c.parallel.headless);
     CHECK(c.log.level == "debug");
     CHECK(c.log.target == LogTarget::Journald);
     CHECK(c.model_name() == "smol");
@@ -196,20 +181,14 @@ target = "journald"
 
   TEST_CASE("config: flags in both spellings, booleans and their --no- forms") {
     const Config c = load_config(cmdline({"--port", "9000", "--host=0.0.0.0", "--max-num-seqs=5", "--model", "/m.gguf",
-                                          "--no-enable-prefix-caching", "--headless", "--node-rank", "1", "--nnodes=2",
-                                          "--gpu-memory-utilization", "0.5", "--log-level", "warn", "--threads", "3",
+                                          "--no-enable-prefix-caching", "--log-level", "warn", "--threads", "3",
                                           "--served-model-name", "m", "--api-key=k", "--block-size", "64",
-                                          "--max-num-batched-tokens", "128", "--max-model-len", "1024",
-                                          "--tensor-parallel-size", "2", "--master-addr", "h", "--master-port", "1"}));
+                                          "--max-num-batched-tokens", "128", "--max-model-len", "1024"}));
     CHECK(c.server.port == 9000);
     CHECK(c.server.host == "0.0.0.0");
     CHECK(c.engine.max_num_seqs == 5);
     CHECK(c.model.path == "/m.gguf");
     CHECK_FALSE(c.engine.enable_prefix_caching);
-    CHECK(c.parallel.headless);
-    CHECK(c.parallel.node_rank == 1);
-    CHECK(c.parallel.nnodes == 2);
-    CHECK(c.engine.gpu_memory_utilization == 0.5);
     CHECK(c.log.level == "warn");
     CHECK(c.engine.threads == 3);
     CHECK(c.server.served_model_name == "m");
@@ -217,9 +196,6 @@ target = "journald"
     CHECK(c.engine.block_size == 64);
     CHECK(c.engine.max_num_batched_tokens == 128);
     CHECK(c.model.max_model_len == 1024);
-    CHECK(c.engine.tensor_parallel_size == 2);
-    CHECK(c.parallel.master_addr == "h");
-    CHECK(c.parallel.master_port == 1);
     CHECK(load_config(cmdline({"--no-enable-prefix-caching", "--enable-prefix-caching"})).engine.enable_prefix_caching);
     CHECK(cmdline({"--help"}).help);
     CHECK(cmdline({"--version"}).version);
@@ -291,6 +267,25 @@ target = "journald"
     CHECK(flag_error({"--max-waiting", "many"}) == "--max-waiting: expected an integer, got 'many'");
     CHECK(flag_error({"--max-waiting", "-1"}) == "--max-waiting: must be between 1 and 1048576, got -1");
     CHECK(usage().find("--max-waiting N") != std::string::npos);
+  }
+
+  TEST_CASE("config: keys whose feature is not built yet are refused unless left at their default") {
+    CHECK(config_error("[engine]\ntensor_parallel_size = 2\n") ==
+          "x.toml:2: [engine] tensor_parallel_size: tensor parallelism is not implemented yet; leave it at its default");
+    CHECK(config_error("[engine]\ngpu_memory_utilization = 0.5\n") ==
+          "x.toml:2: [engine] gpu_memory_utilization: sizing the KV cache by GPU memory is not implemented yet; leave it "
+          "at its default");
+    CHECK(config_error("[parallel]\nmaster_port = 29600\n") ==
+          "x.toml:2: [parallel] master_port: running on several nodes is not implemented yet; leave it at its default");
+    CHECK(flag_error({"--nnodes", "2"}) == "--nnodes: running on several nodes is not implemented yet; leave it at its default");
+    CHECK(flag_error({"--nnodes", "2", "--node-rank", "1"}).find("is not implemented yet") != std::string::npos);
+    CHECK(flag_error({"--master-addr", "10.0.0.1"}) ==
+          "--master-addr: running on several nodes is not implemented yet; leave it at its default");
+    CHECK(flag_error({"--headless"}) == "--headless: a headless worker rank is not implemented yet; leave it at its default");
+    CHECK(flag_error({"--tensor-parallel-size", "2"}).starts_with("--tensor-parallel-size: tensor parallelism"));
+    // Their defaults, written out, are fine.
+    CHECK(load_config(cmdline({"--tensor-parallel-size", "1", "--nnodes", "1", "--node-rank", "0", "--no-headless",
+                               "--gpu-memory-utilization", "0.9", "--master-port", "29500"})) == Config{});
   }
 
   TEST_CASE("config: [engine] device: cpu by default; cuda only in builds with CUDA; anything else is refused") {
