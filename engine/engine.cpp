@@ -239,7 +239,7 @@ void Engine::drop_expired() {
   for (auto& [id, r] : live_)
     if (r->expired(now)) gone.push_back(id);
   for (SeqId id : gone) {
-    if (scheduler_->has(id)) live_.at(id)->cached_tokens = scheduler_->view(id).cached_tokens;
+    live_.at(id)->cached_tokens = scheduler_->view(id).cached_tokens;
     scheduler_->finish(id);
     end(*live_.at(id), FinishReason::Cancelled);
     live_.erase(id);

@@ -5,27 +5,13 @@
 #include "engine/shape_space.hpp"
 
 namespace inferd::engine {
-namespace {
-
-void fill(StepBatch& b, const StepPlan& plan) {
-  b.clear();
-  for (const auto& s : plan.seqs) {
-    const int32_t table = b.add_table(s.block_table);
-    const int n = static_cast<int>(s.tokens.size());
-    for (int i = 0; i < n; ++i) b.add(s.tokens[i], s.start + i, table, s.sample && i + 1 == n);
-  }
-}
-
-}  // namespace
-
-StepBatch make_step_batch(const StepPlan& plan) {
-  StepBatch b;
-  fill(b, plan);
-  return b;
-}
-
 void Executor::execute(const StepPlan& plan, std::vector<float>& logits) {
-  fill(batch_, plan);
+  batch_.clear();
+  for (const auto& s : plan.seqs) {
+    const int32_t table = batch_.add_table(s.block_table);
+    const int n = static_cast<int>(s.tokens.size());
+    for (int i = 0; i < n; ++i) batch_.add(s.tokens[i], s.start + i, table, s.sample && i + 1 == n);
+  }
   logits.resize(batch_.logits_rows.size() * static_cast<size_t>(model_.config().vocab));
   // A step that only decodes is what a captured decode graph would replay.
   std::optional<kernels::LaunchScope> decode_step;

@@ -11,13 +11,10 @@
 
 namespace inferd::engine {
 
-// The model's batch for a plan (host data, no backend involved).
-StepBatch make_step_batch(const StepPlan& plan);
-
 class Executor {
  public:
   Executor(Model& model, KvCache& kv) : model_(model), kv_(kv) {}
-  // logits: resized to plan.num_sampled() rows of the model's vocab.
+  // logits: resized to one row of the model's vocab per sequence the plan samples.
   void execute(const StepPlan& plan, std::vector<float>& logits);
 
  private:

@@ -27,10 +27,11 @@ std::optional<int> cuda_device(std::string_view device) {
 
 std::string device_error(std::string_view device) {
   if (device == "cpu") return {};
+  const bool cuda = cuda_device(device).has_value();
   // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(...).
-  std::string why(cuda_device(device) ? "'" : "must be cpu, cuda or cuda:N, got '");
+  std::string why(cuda ? "'" : "must be cpu, cuda or cuda:N, got '");
   why.append(device).append("'");
-  if (!cuda_device(device)) return why;
+  if (!cuda) return why;
   if (!INFERD_HAVE_CUDA) return why.append(": this build has no CUDA backend (configure with -Dcuda=enabled)");
   return {};
 }

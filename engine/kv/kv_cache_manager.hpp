@@ -25,7 +25,6 @@ class KvCacheManager {
   // `hasher` is replaceable so tests can force collisions.
   KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching, BlockHasher hasher = block_hash);
 
-  int block_size() const { return block_size_; }
   int num_blocks() const { return blocks_.num_blocks(); }
   int num_used_blocks() const { return blocks_.num_used(); }
 

@@ -21,10 +21,6 @@ int StepPlan::num_tokens() const {
   return n;
 }
 
-int StepPlan::num_sampled() const {
-  return static_cast<int>(std::count_if(seqs.begin(), seqs.end(), [](const auto& s) { return s.sample; }));
-}
-
 bool StepPlan::decode_only() const {
   return !seqs.empty() &&
          std::all_of(seqs.begin(), seqs.end(), [](const auto& s) { return s.sample && s.tokens.size() == 1; });

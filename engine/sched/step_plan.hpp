@@ -27,7 +27,6 @@ struct StepPlan {
   std::vector<SeqId> finished;       // ended since the previous plan; their blocks are free
 
   int num_tokens() const;
-  int num_sampled() const;
   // Every sequence feeds exactly one token it samples from: what a captured decode graph replays.
   bool decode_only() const;
   bool empty() const { return seqs.empty(); }
