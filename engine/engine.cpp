@@ -318,6 +318,9 @@ void Engine::corrupt_if_armed() {
 void Engine::step() {
   const StepPlan plan = scheduler_->schedule();
   if (plan.empty()) return;
+  // Counts first: a client that sees this step's tokens must find the requests
+  // it admitted counted as running, not still waiting (admission reads them).
+  publish_stats();
   try {
     if (heartbeat_) heartbeat_->begin_step();
     stall_if_armed();
