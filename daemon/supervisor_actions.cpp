@@ -95,7 +95,7 @@ void SupervisorActions::recover(std::string reason, uint64_t decision) {
     if (!eng->reset(reason, milliseconds(timeout)))
       return failed(fmt::format("the engine did not leave its step within {} ms of a reset ({})", timeout, reason));
     if (!lc.transition(State::Warming, "engine reset; warming again")) return set_outcome(decision, "interrupted");
-    warmup_.warm(daemon_);
+    warmup_.warm(daemon_, warmup::Depth::least);
     hooks_.warmed();
     eng->release_held();
     if (!lc.transition(State::Serving, "recovered from: " + reason)) return set_outcome(decision, "interrupted");

@@ -51,7 +51,7 @@ WarmupHost::~WarmupHost() {
   if (rerun_.joinable()) rerun_.join();
 }
 
-void WarmupHost::warm(Daemon& d) {
+void WarmupHost::warm(Daemon& d, warmup::Depth depth) {
   auto eng = engines_.engine();
   if (!eng) throw std::runtime_error("warm-up: no engine was loaded");
   const warmup::WarmupOptions& opts = d.config().warmup;
@@ -72,16 +72,21 @@ void WarmupHost::warm(Daemon& d) {
   const auto axes = eng->shape_axes();
   const auto limits = limits_of(*eng);
   const auto reachable = eng->reachable_shape_keys();
-  const warmup::Plan plan = warmup::make_plan(axes, limits, opts);
-  const auto unreached = warmup::unreached_buckets(plan, axes, limits);
-  {
-    std::lock_guard lk(mu_);
-    plan_text_ = warmup::describe(plan);
-    unreached_ = unreached;
-  }
-  spdlog::info("warm-up plan: {} reachable shape keys, {} requests in {} phases\n{}", reachable.size(),
-               plan.total_requests(), plan.phases.size(), warmup::describe(plan));
-  for (const auto& u : unreached) spdlog::warn("warm-up plan cannot be sure to reach {}", u);
+  warmup::Plan plan;
+  auto make_plan = [&](warmup::Depth dep) {
+    plan = warmup::make_plan(axes, limits, opts, dep);
+    const auto unreached = warmup::unreached_buckets(plan, axes, limits);
+    {
+      std::lock_guard lk(mu_);
+      plan_text_ = warmup::describe(plan);
+      unreached_ = unreached;
+    }
+    spdlog::info("warm-up plan ({} work): {} reachable shape keys, {} requests in {} phases\n{}",
+                 dep == warmup::Depth::least ? "least" : "full", reachable.size(), plan.total_requests(),
+                 plan.phases.size(), warmup::describe(plan));
+    for (const auto& u : unreached) spdlog::warn("warm-up plan cannot be sure to reach {}", u);
+  };
+  make_plan(depth);
 
   std::string shown;
   auto progress = [&](int phase, const std::string& name, int done, int total) {
@@ -105,6 +110,7 @@ void WarmupHost::warm(Daemon& d) {
     if (attempt >= opts.retries || d.stopping())
       throw std::runtime_error("warm-up failed after " + std::to_string(attempt + 1) + " attempts: " + report.failure);
     d.lifecycle().set_activity(fmt::format("warm-up failed ({}), retry {} of {}", report.failure, attempt + 1, opts.retries));
+    if (depth != warmup::Depth::full) make_plan(depth = warmup::Depth::full);
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts.retry_delay_s);
     while (std::chrono::steady_clock::now() < until && !d.stopping())
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

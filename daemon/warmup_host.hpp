@@ -27,8 +27,9 @@ class WarmupHost {
   ~WarmupHost();
 
   // Runs the warm-up until it passes or its retries are spent (then throws).
-  // Called on the start-up thread, and by the re-run thread.
-  void warm(Daemon& d);
+  // Called on the start-up thread (full), by the operator's re-run (full) and
+  // by a recovery (least: see warmup::Depth). A retry always runs the full plan.
+  void warm(Daemon& d, warmup::Depth depth = warmup::Depth::full);
 
  private:
   void rewarm(Daemon& d);

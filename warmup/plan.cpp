@@ -16,6 +16,7 @@ constexpr int kBurstBase = 8;
 constexpr int kStagger = 4;
 constexpr int kSeedBurstPrompt = 100;   // ~400 characters
 constexpr int kSeedLongPrompt = 3000;   // ~12000 characters
+constexpr int kLeastBurstPrompt = 8;
 
 int ceil_log2(int n) {
   int k = 0;
@@ -88,7 +89,17 @@ int Plan::total_requests() const {
   return n;
 }
 
-Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupOptions& o) {
+Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupOptions& opts, Depth depth) {
+  WarmupOptions o = opts;
+  const bool least = depth == Depth::least;
+  if (least) {
+    // Two tokens: the prefill's and one decode step at the prompt's context. The
+    // concurrent-long prompts still overlap: the third prefills while the first
+    // two take their decode step.
+    o.ramp_max_tokens = std::min(o.ramp_max_tokens, 2);
+    o.long_max_tokens = std::min(o.long_max_tokens, 2);
+    o.sustained_max_tokens = std::min(o.sustained_max_tokens, 2);
+  }
   const int B = l.max_num_batched_tokens, M = l.max_model_len;
   auto fit = [&](int prompt, int max_tokens) {
     prompt = std::clamp(prompt, 1, std::max(1, M - 1));
@@ -130,14 +141,18 @@ Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupO
   Wave burst;
   const int n = burst_size(l, o);
   const int levels = ceil_log2(n);
-  const int p = o.burst_prompt_tokens > 0 ? o.burst_prompt_tokens : std::clamp(B / n, 1, kSeedBurstPrompt);
+  int p = o.burst_prompt_tokens > 0 ? o.burst_prompt_tokens : std::clamp(B / n, 1, kSeedBurstPrompt);
+  if (least) p = std::min(p, kLeastBurstPrompt);  // the burst's shapes are its widths, not its prompts
   for (int i = 0; i < n; ++i) burst.push_back(fit(p, kBurstBase + kStagger * (levels - ceil_log2(i + 1))));
   plan.phases.push_back({"burst", {std::move(burst)}});
 
   // 3. concurrent-long: prompts of half a step each, so the third one's prefill
   // shares steps with the first two's decodes.
   Wave longs;
-  const int lp = o.long_prompt_tokens > 0 ? o.long_prompt_tokens : std::clamp(B / 2, 1, kSeedLongPrompt);
+  int lp = o.long_prompt_tokens > 0 ? o.long_prompt_tokens : std::clamp(B / 2, 1, kSeedLongPrompt);
+  // Least: just over a third of a step, the shortest prompts whose third still
+  // overlaps the first two's decodes (its first chunk fills the first step).
+  if (least) lp = std::min(lp, B / 3 + 1);
   for (int i = 0; i < std::max(1, o.long_requests); ++i) longs.push_back(fit(lp, o.long_max_tokens));
   plan.phases.push_back({"concurrent-long", {std::move(longs)}});
 

@@ -61,7 +61,16 @@ struct Plan {
   int total_requests() const;
 };
 
-Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& limits, const WarmupOptions& opts);
+// How much each request generates. Full: the lengths configured (the seed
+// profile: ramp prompts that generate for a while, a 700-token sustained decode).
+// Least: the same phases, waves and prompts, each request generating only what
+// the plan's coverage needs (one decode step, the burst's staggered ends kept):
+// a recovery's re-warm, which must touch every shape key again but need not
+// prove again what the first warm-up of this process proved.
+enum class Depth { full, least };
+
+Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& limits, const WarmupOptions& opts,
+               Depth depth = Depth::full);
 
 // The axis buckets the plan is sure to reach, predicted from how the scheduler
 // runs a lone request (chunks of max_num_batched_tokens, then one token per step),

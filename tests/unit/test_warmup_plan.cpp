@@ -49,6 +49,11 @@ TEST_CASE("warm-up plan: every configuration's plan reaches every bucket and fit
     CHECK(plan.phases[0].name == "ramped");
     CHECK(plan.phases[3].name == "sustained");
     CHECK(warmup::unreached_buckets(plan, axes, l).empty());
+    // A re-warm's least plan: the same phases and prompts, reaching the same buckets.
+    const warmup::Plan least = warmup::make_plan(axes, l, opts, warmup::Depth::least);
+    CHECK(warmup::unreached_buckets(least, axes, l).empty());
+    REQUIRE(least.phases.size() == plan.phases.size());
+    for (size_t i = 0; i < plan.phases.size(); ++i) CHECK(least.phases[i].requests() == plan.phases[i].requests());
     CHECK(plan.phases[1].requests() <= l.max_num_seqs);
     for (const auto& ph : plan.phases)
       for (const auto& w : ph.waves)
@@ -126,6 +131,23 @@ TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys") 
   CHECK(gap.missing.size() == 1);
   CHECK(gap.failure.find("1 of " + std::to_string(wider.size()) + " reachable shape keys were not touched: "
                           "matmul.q4_1[n=7,k=7,t=1]") != std::string::npos);
+
+  // The least plan, as a recovery runs it, touches every key again on its own,
+  // generating a fraction of the tokens.
+  reg.clear();
+  const warmup::Plan least = warmup::make_plan(eng.shape_axes(), l, opts, warmup::Depth::least);
+  const warmup::Report quick = warmup::run_plan(eng, least, reachable, opts);
+  INFO(warmup::summarize(quick));
+  CHECK(quick.passed());
+  CHECK(quick.keys_covered == reachable.size());
+  auto generated = [](const warmup::Plan& p) {
+    int n = 0;
+    for (const auto& ph : p.phases)
+      for (const auto& w : ph.waves)
+        for (const auto& q : w) n += q.max_tokens;
+    return n;
+  };
+  CHECK(generated(least) * 2 < generated(plan));
 
   // A second run is not served from the prefix cache: it passes again. A run
   // told to stop fails in its first phase.
