@@ -39,6 +39,7 @@ struct Engine::Live {
 
 Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts), heartbeat_(heartbeat) {
   backend_ = opts_.backend ? opts_.backend() : kernels::make_cpu_backend(opts_.threads);
+  backend_->set_cancel_flag(&abort_step_);  // a reset abandons the step at its next op or task
   file_ = GgufFile::open(opts_.model_path);
   // The stages after the weights repeat the weights' final counts under their own name.
   LoadProgress last;
@@ -327,6 +328,11 @@ void Engine::step() {
     executor_->execute(plan, logits_);
     corrupt_if_armed();
     if (heartbeat_) heartbeat_->end_step();
+  } catch (const kernels::Cancelled&) {
+    // A reset abandoned the step: the reset decides what becomes of its requests.
+    if (heartbeat_) heartbeat_->end_step();
+    spdlog::warn("engine step cancelled by a reset");
+    return;
   } catch (const std::exception& e) {
     // A failing step must not take the process down: fail what was in it.
     spdlog::error("engine step failed: {}", e.what());

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cancelled.hpp"
 #include "kernels/dtype.hpp"
 #include "kernels/shape_registry.hpp"
 
@@ -125,9 +126,21 @@ class Backend {
 
   ShapeRegistry& shapes() { return ShapeRegistry::global(); }
 
+  // While *flag is true, ops throw Cancelled at their next boundary: the CPU
+  // backend between the tasks of each op (a task still running is waited for),
+  // a device backend before queueing the next op (what is queued still runs).
+  // Set once, before the first op.
+  virtual void set_cancel_flag(const std::atomic<bool>* flag) { cancel_ = flag; }
+
  protected:
   friend class Buffer;
   virtual void free(void* data) = 0;
+  void throw_if_cancelled() const {
+    if (cancel_requested(cancel_)) throw Cancelled();
+  }
+
+ private:
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 inline Buffer::~Buffer() {

@@ -61,6 +61,7 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::drain(int thread) {
   for (;;) {
+    if (cancel_requested(cancel_)) return;
     const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
     if (task >= n_tasks_) return;
     fn_(ctx_, task, thread);
@@ -90,6 +91,7 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
     }
     s = state_.load(std::memory_order_acquire);
   }
+  if (cancel_requested(cancel_)) throw Cancelled();
 }
 
 bool ThreadPool::try_join() {

@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cancelled.hpp"
+
 namespace inferd::kernels {
 
 class ThreadPool {
@@ -24,6 +26,11 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
+  // Once *flag is true, no further task starts: parallel_for waits only for the
+  // tasks already running (so nothing still uses its caller's frame) and throws
+  // Cancelled. A task that never returns cannot be cancelled.
+  void set_cancel_flag(const std::atomic<bool>* flag) { cancel_ = flag; }
+
   // Runs fn(task, thread) for every task in [0, n_tasks), handing tasks out one
   // at a time to the caller (thread 0) and the workers (1..size()-1); returns when
   // all are done. Calls from several threads are serialized; fn must not call
@@ -32,7 +39,10 @@ class ThreadPool {
   void parallel_for(int64_t n_tasks, Fn&& fn) {
     if (n_tasks <= 0) return;
     if (n_tasks == 1 || n_threads_ == 1) {
-      for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
+      for (int64_t t = 0; t < n_tasks; ++t) {
+        if (cancel_requested(cancel_)) throw Cancelled();
+        fn(t, 0);
+      }
       return;
     }
     using F = std::remove_reference_t<Fn>;
@@ -48,6 +58,7 @@ class ThreadPool {
   bool try_join();
 
   const int n_threads_;
+  const std::atomic<bool>* cancel_ = nullptr;
   std::vector<std::thread> workers_;
   std::mutex dispatch_mu_;  // one job at a time
 

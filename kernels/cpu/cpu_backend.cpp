@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "faults/fault_points.hpp"
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/half.hpp"
 #include "kernels/host_memory.hpp"
@@ -115,6 +117,10 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return std::string("cpu-") + k_.isa; }
   int threads() const override { return pool_.size(); }
+  void set_cancel_flag(const std::atomic<bool>* flag) override {
+    Backend::set_cancel_flag(flag);
+    pool_.set_cancel_flag(flag);
+  }
 
   bool host_visible() const override { return true; }
   Buffer alloc(size_t bytes, bool zeroed) override { return Buffer(this, host_alloc(bytes, zeroed), bytes); }
@@ -157,7 +163,14 @@ class CpuBackend final : public Backend {
     } else {
       pool_.parallel_for(n_tokens, quantize);
     }
-    pool_.parallel_for(n_chunks, [&](int64_t c, int) {
+    // Fault point "kernel.spin": this matmul's task loop never ends (its row
+    // chunks are computed over and over): a kernel stuck in real work that only
+    // cancelling the step stops, between two tasks.
+    static const faults::FaultPoint spin("kernel.spin");
+    int64_t n_tasks = n_chunks;
+    if (spin.armed() && faults::disarm_fault("kernel.spin")) n_tasks = std::numeric_limits<int64_t>::max() / 2;
+    pool_.parallel_for(n_tasks, [&](int64_t t, int) {
+      const int64_t c = t % n_chunks;
       k_.matmul_quant(w, xq, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
     });
   }

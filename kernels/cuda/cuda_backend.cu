@@ -108,6 +108,7 @@ class CudaBackend final : public Backend {
   }
 
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) override {
+    throw_if_cancelled();
     LaunchScope scope(launch_keys::matmul(w, n_tokens));
     if (n_tokens <= 0 || w.rows <= 0) return;
     select();
@@ -162,6 +163,7 @@ class CudaBackend final : public Backend {
 
   void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach_pos, const float* q,
                  int n_heads, float scale, float* out) override {
+    throw_if_cancelled();
     if (n_tokens <= 0) {
       LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
       LaunchScope reach(launch_keys::attention_context(kv, 1));

@@ -100,6 +100,27 @@ def test_wedged_step_requeues_what_streamed_nothing_and_ends_what_did(start_daem
     print(f"wedge: detected {detect:.2f} s after the stall (deadline 1.5 s), reopened after {mttr:.1f} s")
 
 
+def test_a_kernel_stuck_in_its_loop_is_cancelled_by_the_recovery(start_daemon):
+    # kernel.spin: the next matmul's task loop never ends (real work, no sleep
+    # that polls anything). The step deadline sees the wedge; the reset cancels
+    # the step between two tasks; the process lives on and reopens.
+    d = start_daemon(SUPERVISED + ["--step-deadline-floor", "1.5", "--probe-interval", "0"])
+    assert d.post("/admin/fault", json={"name": "kernel.spin"}).status_code == 200
+    t0 = time.monotonic()
+    # It has streamed nothing when its step is cancelled: held, then run after reopen.
+    r = d.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 5}, timeout=300)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 5
+    mttr = time.monotonic() - t0
+    assert d.proc.poll() is None and d.state() == "Serving"
+    assert metric(d, "inferd_recoveries_total") == 1
+    log = d.output()
+    assert "engine step cancelled by a reset" in log and "requests held to run again" in log
+    assert re.search(r"action=recover level=critical monitors=[a-z_,]*step_deadline", log)
+    assert d.post("/admin/probe", json={}).status_code == 200
+    print(f"kernel stuck in its loop: answered after {mttr:.1f} s (deadline 1.5 s, then the re-warm)")
+
+
 def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
     d = start_daemon(SUPERVISED + ["--probe-interval", "0"],
                      env={"INFERD_FAULTS": "log.inject=[rank0] UCX  ERROR ibv_reg_mr failed: rcache"})

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "faults/fault_points.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/launch_keys.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -716,12 +718,66 @@ TEST_CASE("thread pool runs every task once, on several threads, after idle slee
     // Some rounds wait past the spin budget, so the workers sleep on the futex.
     if (round % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
   }
+  // The caller holds the first task until a worker has taken the other (bounded,
+  // so a machine too busy to schedule the worker fails instead of hanging).
   std::atomic<int> on_worker{0};
-  pool.parallel_for(8, [&](int64_t, int thread) {
+  pool.parallel_for(2, [&](int64_t, int thread) {
     if (thread == 1) on_worker.fetch_add(1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (thread == 0 && on_worker.load() == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
-  CHECK(on_worker.load() > 0);
+  CHECK(on_worker.load() == 1);
+}
+
+TEST_CASE("thread pool: a job that never ends stops between tasks once cancelled, and the pool works on") {
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ThreadPool pool(threads);
+    std::atomic<bool> cancel{false};
+    pool.set_cancel_flag(&cancel);
+    std::atomic<int64_t> ran{0};
+    std::thread canceller([&] {
+      while (ran.load() < 1000) std::this_thread::yield();
+      cancel = true;
+    });
+    CHECK_THROWS_AS(pool.parallel_for(std::numeric_limits<int64_t>::max() / 2, [&](int64_t, int) { ran.fetch_add(1); }),
+                    Cancelled);
+    canceller.join();
+    const int64_t at_cancel = ran.load();
+    CHECK(at_cancel >= 1000);
+    cancel = false;
+    std::vector<std::atomic<int>> hits(64);
+    pool.parallel_for(64, [&](int64_t t, int) { hits[t].fetch_add(1); });
+    for (auto& h : hits) CHECK(h.load() == 1);
+    CHECK(ran.load() == at_cancel);  // nothing of the cancelled job ran after it returned
+  }
+}
+
+TEST_CASE("cpu backend: a matmul stuck in its loop (kernel.spin) throws Cancelled once the step is cancelled") {
+  auto be = make_cpu_backend(2);
+  std::atomic<bool> cancel{false};
+  be->set_cancel_flag(&cancel);
+  const int64_t rows = 64, cols = 64;
+  const TestWeight tw = make_weight(DType::Q8_0, rows, cols, 7);
+  const WeightView& w = tw.view;
+  std::vector<float> x(cols, 1.f), y(rows);
+  be->matmul(w, x.data(), 1, y.data());
+  const float want = y[rows - 1];
+  inferd::faults::arm_fault("kernel.spin");
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(be->matmul(w, x.data(), 1, y.data()), Cancelled);
+  canceller.join();
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(200));
+  CHECK(inferd::faults::armed_faults().empty());  // it fires once
+  cancel = false;
+  std::fill(y.begin(), y.end(), 0.f);
+  be->matmul(w, x.data(), 1, y.data());
+  CHECK(y[rows - 1] == want);
 }
 
 TEST_CASE("shape registry: first use, counts, seal makes new keys cold") {
