@@ -34,6 +34,9 @@ constexpr auto kExtendBy = 30s;
 constexpr auto kExtendPeriod = 10s;
 // How often a drain checks for requests still in flight.
 constexpr auto kDrainPoll = 20ms;
+// How long answers that end requests with an error get to reach their clients
+// before a stopping daemon closes the sockets.
+constexpr auto kFlushTimeout = 2s;
 
 HttpServerOptions http_options(const ServerConfig& s) {
   HttpServerOptions o;
@@ -167,7 +170,12 @@ int Daemon::run() {
 
   io_.run();
 
-  if (startup_.joinable()) startup_.join();
+  // A failed daemon does not wait for start-up work that may be wedged (a load
+  // that never returns): the caller exits at once (see main.cpp).
+  if (startup_.joinable()) {
+    if (exit_code_.load() != 0) startup_.detach();
+    else startup_.join();
+  }
   if (http_) http_->stop();
   return exit_code_.load();
 }
@@ -201,11 +209,14 @@ void Daemon::fail(std::string reason) {
   stopping_ = true;
   if (!lifecycle_.transition(State::Failed, reason)) return;
   exit_code_ = 1;
-  boost::asio::post(io_, [this] {
-    if (http_) http_->stop();
-    io_.stop();
+  boost::asio::post(io_, [this, reason = std::move(reason)] {
+    if (end_in_flight_) end_in_flight_("inferd failed: " + reason);
+    drain_deadline_ = std::chrono::steady_clock::now() + kFlushTimeout;
+    flush_then_stop();
   });
 }
+
+void Daemon::set_in_flight_ender(std::function<void(const std::string&)> end) { end_in_flight_ = std::move(end); }
 
 void Daemon::wait_signals() {
   signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
@@ -261,10 +272,23 @@ void Daemon::poll_drain() {
   drain_timer_.async_wait([this](auto ec) { if (!ec) poll_drain(); });
 }
 
+// Requests still in flight are ended with an error naming `reason`, and their
+// answers get a moment to reach the clients before the sockets close.
 void Daemon::finish(State end, std::string reason) {
-  if (http_) http_->stop();
   lifecycle_.transition(end, reason);
-  io_.stop();
+  if (end_in_flight_ && http_ && http_->in_flight() > 0) end_in_flight_("inferd is stopping: " + reason);
+  drain_deadline_ = std::chrono::steady_clock::now() + kFlushTimeout;
+  flush_then_stop();
+}
+
+void Daemon::flush_then_stop() {
+  if (!http_ || http_->in_flight() == 0 || std::chrono::steady_clock::now() >= drain_deadline_) {
+    if (http_) http_->stop();
+    io_.stop();
+    return;
+  }
+  drain_timer_.expires_after(kDrainPoll);
+  drain_timer_.async_wait([this](auto ec) { if (!ec) flush_then_stop(); });
 }
 
 void Daemon::tick() {

@@ -48,6 +48,9 @@ class Daemon {
   // Until an engine beats the step heartbeat, the supervisor loop beats it.
   // Call with false from the load hook once an engine drives it.
   void set_drive_heartbeat(bool drive);
+  // Before run(): how to end the generations still in flight with an error when
+  // the daemon fails or stops without waiting for them, so none goes unanswered.
+  void set_in_flight_ender(std::function<void(const std::string& reason)> end);
 
   // Runs until Stopped (returns 0) or Failed (returns 1).
   int run();
@@ -86,6 +89,7 @@ class Daemon {
   void begin_drain(std::string reason);
   void poll_drain();
   void finish(State end, std::string reason);
+  void flush_then_stop();
   void tick();
   bool loop_alive() const;
   void extend_start_timeout();
@@ -101,6 +105,7 @@ class Daemon {
   Hook load_ = check_model_file;
   Hook warm_;
   std::atomic<bool> drive_heartbeat_{true};
+  std::function<void(const std::string&)> end_in_flight_;
 
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;

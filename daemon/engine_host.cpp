@@ -55,8 +55,9 @@ EngineHost::EngineHost(Daemon& daemon) {
   load_seconds_ = &m.gauge("inferd_load_seconds", "Seconds the model load took; set when it ends.");
   daemon.set_load_hook([this](Daemon& d) { load(d); });
   if (HttpServer* http = daemon.http())
-    register_openai_routes(*http, daemon.lifecycle(), daemon.metrics(), [this] { return engine_.load(); },
-                           {.served_model_name = daemon.config().model_name(), .api_key = daemon.config().server.api_key});
+    daemon.set_in_flight_ender(register_openai_routes(
+        *http, daemon.lifecycle(), daemon.metrics(), [this] { return engine_.load(); },
+        {.served_model_name = daemon.config().model_name(), .api_key = daemon.config().server.api_key}));
 }
 
 EngineHost::~EngineHost() {

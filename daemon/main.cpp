@@ -64,7 +64,16 @@ int main(int argc, char** argv) {
     EngineHost engine(daemon);  // destroyed before the daemon: it beats the daemon's heartbeat
     WarmupHost warmup(daemon, engine);
     Supervisor supervisor(daemon, engine, warmup);
-    return daemon.run();
+    const int code = daemon.run();
+    if (code != 0) {
+      // Failed: every request in flight has had its answer. The engine (and a
+      // probe waiting on it) may be wedged in a step nothing can cancel, so no
+      // thread is waited for; only the log is flushed.
+      spdlog::shutdown();
+      supervisor.restore_stderr();
+      std::_Exit(code);
+    }
+    return code;
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());
     return 1;

@@ -43,6 +43,8 @@ Response error_response(const HttpError& e) {
   return r;
 }
 
+class Generation;
+
 // What every handler shares; lives as long as the routes and any request in flight.
 struct ApiContext : std::enable_shared_from_this<ApiContext> {
   ApiContext(const Lifecycle& lifecycle, Metrics& registry, EngineSource source, OpenAiOptions opts)
@@ -81,6 +83,17 @@ struct ApiContext : std::enable_shared_from_this<ApiContext> {
       throw HttpError(503, "no model is loaded yet (inferd is " + std::string(to_string(lifecycle.state())) + ")");
     return e;
   }
+
+  // Generations in flight, so that a daemon about to exit can answer each one.
+  void track(const std::shared_ptr<Generation>& gen) {
+    std::lock_guard lk(live_mu);
+    std::erase_if(live, [](const auto& w) { return w.expired(); });
+    live.push_back(gen);
+  }
+  void end_in_flight(const std::string& reason);
+
+  std::mutex live_mu;
+  std::vector<std::weak_ptr<Generation>> live;
 };
 
 // One generation request: its choices run as separate engine sequences whose
@@ -144,12 +157,25 @@ class Generation : public std::enable_shared_from_this<Generation> {
     remaining_ = static_cast<int>(total);
     if (req_.stream) out_->start_stream(stream_head());
     lock.unlock();
+    api_->track(shared_from_this());
     // After the last submit, so handles_ no longer changes. Weak: the responder
     // keeps the callback, and this object keeps the responder.
     out_->on_disconnect([weak = weak_from_this()] {
       if (auto self = weak.lock())
         for (auto& h : self->handles_) h->cancel();
     });
+  }
+
+  // Ends every choice still running with `reason` as its error, whatever the
+  // engine does later (its deltas for an ended choice are dropped).
+  void end_with_error(const std::string& reason) {
+    for (auto& h : handles_) h->cancel();
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      engine::Delta d;
+      d.finish = engine::FinishReason::Error;
+      d.error = reason;
+      on_delta(static_cast<int>(i), std::move(d));
+    }
   }
 
  private:
@@ -268,6 +294,17 @@ class Generation : public std::enable_shared_from_this<Generation> {
   bool abandoned_ = false;
 };
 
+void ApiContext::end_in_flight(const std::string& reason) {
+  std::vector<std::shared_ptr<Generation>> running;
+  {
+    std::lock_guard lk(live_mu);
+    for (const auto& w : live)
+      if (auto g = w.lock()) running.push_back(std::move(g));
+    live.clear();
+  }
+  for (const auto& g : running) g->end_with_error(reason);
+}
+
 void generate(ApiContext& api, Api kind, const Request& req, const std::shared_ptr<Responder>& out) {
   const json::object body = parse_json_object(req.body);
   GenerateRequest g = kind == Api::Chat ? openai::parse_chat_request(body) : openai::parse_completion_request(body);
@@ -364,8 +401,8 @@ Handler guarded(std::shared_ptr<ApiContext> api, bool needs_key, RouteBody body)
 
 }  // namespace
 
-void register_openai_routes(HttpServer& http, const Lifecycle& lifecycle, Metrics& metrics, EngineSource engine,
-                            OpenAiOptions options) {
+InFlightEnder register_openai_routes(HttpServer& http, const Lifecycle& lifecycle, Metrics& metrics,
+                                     EngineSource engine, OpenAiOptions options) {
   auto api = std::make_shared<ApiContext>(lifecycle, metrics, std::move(engine), std::move(options));
 
   http.route("POST", "/v1/chat/completions",
@@ -379,6 +416,7 @@ void register_openai_routes(HttpServer& http, const Lifecycle& lifecycle, Metric
   // As in vLLM, only /v1 routes need the key.
   http.route("POST", "/tokenize", guarded(api, false, tokenize));
   http.route("POST", "/detokenize", guarded(api, false, detokenize));
+  return [api](const std::string& reason) { api->end_in_flight(reason); };
 }
 
 }  // namespace inferd::daemon

@@ -31,11 +31,15 @@ struct OpenAiOptions {
 // The engine to serve with, or null while none is loaded (the routes then answer 503).
 using EngineSource = std::function<std::shared_ptr<engine::Engine>()>;
 
+// Ends every generation in flight with an error naming `reason`: a stream gets
+// an SSE error event and [DONE], a plain request a JSON 500. Thread-safe.
+using InFlightEnder = std::function<void(const std::string& reason)>;
+
 // Registers the routes above and the vllm:* metrics (engine_metrics.hpp). Call
 // once, before the server starts. Generation is admitted only while `lifecycle`
 // admits it (Serving, Degraded); otherwise 503 with Retry-After naming the state.
 // `lifecycle` and `metrics` must outlive the server.
-void register_openai_routes(HttpServer& http, const Lifecycle& lifecycle, Metrics& metrics, EngineSource engine,
-                            OpenAiOptions options);
+InFlightEnder register_openai_routes(HttpServer& http, const Lifecycle& lifecycle, Metrics& metrics,
+                                     EngineSource engine, OpenAiOptions options);
 
 }  // namespace inferd::daemon

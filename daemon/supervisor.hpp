@@ -23,6 +23,9 @@ class Supervisor {
   Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup);
   ~Supervisor();
 
+  // See HealthSampler::restore_stderr.
+  void restore_stderr() { sampler_.restore_stderr(); }
+
  private:
   void tick();
   // `pressure_now`: the kernel PSI trigger fired, so pressure and memory are read at once.

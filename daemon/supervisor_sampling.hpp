@@ -53,6 +53,10 @@ class HealthSampler {
   HealthSampler(const HealthSampler&) = delete;
   HealthSampler& operator=(const HealthSampler&) = delete;
 
+  // Puts the original stderr back after passing on what the pipe still held.
+  // For an exit that skips destructors; once the supervisor loop has stopped.
+  void restore_stderr() { pipe_.reset(); }
+
   std::chrono::milliseconds tick_every() const { return every_.tick; }
   // From the supervisor loop. `pressure_now`: pressure and memory are read
   // whatever their cadence.

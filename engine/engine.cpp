@@ -109,6 +109,7 @@ void Engine::stop() {
   {
     std::lock_guard lk(mu_);
     stopping_ = true;
+    abort_step_ = true;  // what a step was computing is dropped: everything in it ends with an error
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();

@@ -121,6 +121,32 @@ def test_a_kernel_stuck_in_its_loop_is_cancelled_by_the_recovery(start_daemon):
     print(f"kernel stuck in its loop: answered after {mttr:.1f} s (deadline 1.5 s, then the re-warm)")
 
 
+def test_when_the_daemon_fails_every_request_in_flight_is_answered(start_daemon):
+    # No recovery allowed: the wedge fails the process. Before it exits, the
+    # stream that had tokens gets an error event and [DONE], and the request
+    # behind it a JSON error; neither connection just drops.
+    d = start_daemon(SUPERVISED + ["--step-deadline-floor", "1.5", "--max-recoveries", "0", "--probe-interval", "0"])
+    body = {"prompt": "Count: 1, 2, 3,", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    stream = requests.post(d.url + "/v1/completions", json=body, stream=True, timeout=300)
+    lines = stream.iter_lines()
+    assert next(l for l in lines if l).startswith(b"data: ")
+    assert d.post("/admin/fault", json={"name": "step.stall", "value": "600000"}).status_code == 200
+    waiting = {}
+
+    def late():
+        waiting["r"] = requests.post(d.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 5}, timeout=300)
+
+    waiter = threading.Thread(target=late)
+    waiter.start()
+    rest = b"\n".join(l for l in lines if l)
+    assert b'"error"' in rest and b"inferd failed" in rest and rest.endswith(b"data: [DONE]")
+    waiter.join(timeout=120)
+    r = waiting["r"]
+    assert r.status_code in (500, 503), r.text
+    assert "inferd" in r.json()["error"]["message"]
+    assert d.wait(timeout=60) == 1
+
+
 def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
     d = start_daemon(SUPERVISED + ["--probe-interval", "0"],
                      env={"INFERD_FAULTS": "log.inject=[rank0] UCX  ERROR ibv_reg_mr failed: rcache"})
