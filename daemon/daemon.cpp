@@ -218,6 +218,10 @@ void Daemon::fail(std::string reason) {
 
 void Daemon::set_in_flight_ender(std::function<void(const std::string&)> end) { end_in_flight_ = std::move(end); }
 
+void Daemon::set_step_deadline(std::function<std::chrono::nanoseconds()> deadline) {
+  step_deadline_ = std::move(deadline);
+}
+
 void Daemon::wait_signals() {
   signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
@@ -322,7 +326,11 @@ void Daemon::watchdog_tick() {
   const State s = lifecycle_.state();
   const bool running = s != State::Draining && s != State::Stopped && s != State::Failed;
   if (ready_sent_ && running) {
-    const bool healthy = heartbeat_.healthy(timeout);
+    // A long step that its own work explains is no wedge (a 2048-token chunk at a
+    // deep context can outlast WATCHDOG_USEC on a slow machine).
+    std::chrono::nanoseconds deadline = timeout;
+    if (step_deadline_) deadline = std::max(deadline, step_deadline_());
+    const bool healthy = heartbeat_.healthy(deadline);
     if (healthy) {
       notifier_.watchdog();
       watchdog_pings_->inc();

@@ -51,6 +51,10 @@ class Daemon {
   // Before run(): how to end the generations still in flight with an error when
   // the daemon fails or stops without waiting for them, so none goes unanswered.
   void set_in_flight_ender(std::function<void(const std::string& reason)> end);
+  // Before run(): the deadline of the engine's step in progress, scaled to its
+  // work (the supervisor's step deadline monitor). systemd's watchdog is pinged
+  // while the step is younger than the longer of it and WATCHDOG_USEC.
+  void set_step_deadline(std::function<std::chrono::nanoseconds()> deadline);
 
   // Runs until Stopped (returns 0) or Failed (returns 1).
   int run();
@@ -106,6 +110,7 @@ class Daemon {
   Hook warm_;
   std::atomic<bool> drive_heartbeat_{true};
   std::function<void(const std::string&)> end_in_flight_;
+  std::function<std::chrono::nanoseconds()> step_deadline_;
 
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;

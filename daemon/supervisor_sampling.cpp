@@ -52,6 +52,8 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost& engines, std::function<
   daemon.lifecycle().on_change([this](State, State to, std::string_view) {
     if (to == State::Serving && !baselined_.exchange(true)) take_baselines();
   });
+  if (h.enable)
+    daemon.set_step_deadline([this] { return step_deadline_.deadline(daemon_.heartbeat().step_work()); });
   prober_ = std::thread([this] { probe_loop(); });
   psi_trigger_ = std::make_unique<health::PsiTrigger>(health::PsiTriggerOptions{}, procfs(daemon));
   if (psi_trigger_->available()) {
@@ -185,7 +187,7 @@ MonitorSample HealthSampler::sample(bool pressure_now) {
   const auto& hb = daemon_.heartbeat();
   if (const uint64_t steps = hb.steps_completed(); steps != steps_seen_) {
     steps_seen_ = steps;
-    step_deadline_.record_step(duration_cast<nanoseconds>(hb.last_step()));
+    step_deadline_.record_step(duration_cast<nanoseconds>(hb.last_step()), hb.last_work());
   }
   out.signals.push_back(step_obs_.get(now, all, [&] { return step_deadline_.sample(); }).signal);
   if (probe_failed_.exchange(false)) out.signals.push_back(probe_.signal());

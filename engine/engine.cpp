@@ -317,6 +317,14 @@ void Engine::corrupt_if_armed() {
   }
 }
 
+// Tokens x context: what a step's duration grows with (its matmuls with the
+// tokens, its attention with both).
+uint64_t Engine::step_work(const StepPlan& plan) {
+  uint64_t work = 0;
+  for (const auto& s : plan.seqs) work += s.tokens.size() * (static_cast<uint64_t>(s.start) + s.tokens.size());
+  return work;
+}
+
 void Engine::step() {
   const StepPlan plan = scheduler_->schedule();
   if (plan.empty()) return;
@@ -324,7 +332,7 @@ void Engine::step() {
   // it admitted counted as running, not still waiting (admission reads them).
   publish_stats();
   try {
-    if (heartbeat_) heartbeat_->begin_step();
+    if (heartbeat_) heartbeat_->begin_step(step_work(plan));
     stall_if_armed();
     executor_->execute(plan, logits_);
     corrupt_if_armed();

@@ -12,8 +12,11 @@ class StepHeartbeat {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // A step starts; until end_step() or set_idle() its age grows.
-  void begin_step();
+  // A step starts; until end_step() or set_idle() its age grows. `work` is what
+  // the step computes in tokens x context (the sum over its sequences of the
+  // tokens fed times the context they reach), so a monitor can expect a step's
+  // duration from steps of like work.
+  void begin_step(uint64_t work = 1);
   // The step finished; the engine is idle until the next begin_step().
   void end_step();
   // Progress inside a long step (e.g. one prefill chunk): restarts the age.
@@ -27,6 +30,9 @@ class StepHeartbeat {
   uint64_t steps_completed() const;
   // Duration of the last completed step (since its begin_step or last beat()).
   Clock::duration last_step() const;
+  // The work of the step in progress, and of the last completed one.
+  uint64_t step_work() const;
+  uint64_t last_work() const;
 
   // True when idle or the current step is younger than `deadline`. The fault
   // point "heartbeat.stall" makes it report a stuck step.
@@ -38,6 +44,7 @@ class StepHeartbeat {
   std::atomic<int64_t> step_start_ns_{0};
   std::atomic<uint64_t> steps_{0};
   std::atomic<int64_t> last_step_ns_{0};
+  std::atomic<uint64_t> work_{1}, last_work_{1};
 };
 
 }  // namespace inferd::engine

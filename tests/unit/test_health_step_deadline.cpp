@@ -46,6 +46,43 @@ TEST_SUITE("health") {
     CHECK(obs.p99 == 1ms);
   }
 
+  TEST_CASE("health step deadline: a step is held to steps of like work (tokens x context), not to the p99 of all") {
+    StepHeartbeat hb;
+    StepDeadlineOptions o;
+    o.floor = 1s;
+    o.p99_factor = 10.0;
+    o.min_samples = 10;
+    StepDeadlineMonitor monitor(hb, o);
+    // Mostly decodes (work ~500: one token at a context of 500) of 9 ms, and a
+    // few prefill chunks of 2048 tokens at a context of 4096 (work ~8.4M) of 2 s.
+    for (int i = 0; i < 100; ++i) monitor.record_step(9ms, 400 + i);
+    for (int i = 0; i < 3; ++i) monitor.record_step(2s, 2048 * 4096);
+    // The p99 of all steps is a decode's: with it a long chunk would be a wedge at 10 s.
+    CHECK(monitor.p99() == 2s);  // 3 of 103 lie above the 99th percentile's rank
+    CHECK(monitor.expected(400) == 9ms);
+    CHECK(monitor.deadline(400) == 1s);  // the floor
+    CHECK(monitor.expected(2048 * 4096) == 2s);
+    CHECK(monitor.deadline(2048 * 4096) == 20s);
+    // A chunk at twice that context: its own bucket's steps scaled to its work.
+    CHECK(monitor.expected(2048 * 8192) == 4s);
+    // Heavier than anything seen: the heaviest bucket's steps, scaled by the ratio.
+    CHECK(monitor.expected(uint64_t(2048) * 4096 * 8) == 16s);
+    // Between buckets: the heaviest lighter one, scaled up (decodes x 100 work).
+    CHECK(monitor.expected(50000) > 9ms * 100);
+    // Lighter than anything seen: the lightest bucket, not scaled down.
+    CHECK(monitor.expected(1) == 9ms);
+
+    // What sample() reports for a step in progress of that work.
+    hb.begin_step(2048 * 8192);
+    const StepObservation obs = monitor.sample();
+    CHECK(obs.work == uint64_t(2048) * 8192);
+    CHECK(obs.expected == 4s);
+    CHECK(obs.deadline == 40s);
+    CHECK(obs.signal.level == Level::Ok);
+    hb.end_step();
+    CHECK(hb.last_work() == uint64_t(2048) * 8192);
+  }
+
   TEST_CASE("health step deadline: a stuck engine thread is reported from another thread") {
     StepHeartbeat hb;
     StepDeadlineOptions o;
