@@ -141,7 +141,7 @@ int cmd_status(const Args& args) {
     load = describe_load(m.body);
   }
   std::string model = "none loaded";
-  if (const HttpReply r = http_request(url, "GET", "/v1/models", {}, timeout); r.status == 200) {
+  if (const HttpReply r = http_request(url, "GET", "/v1/models", {}, timeout, args.get("api-key", "")); r.status == 200) {
     const boost::json::value list = boost::json::parse(r.body, ec);
     if (!ec && list.is_object()) {
       if (const auto* data = list.as_object().if_contains("data"); data && data->is_array() && !data->as_array().empty())
