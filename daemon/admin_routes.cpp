@@ -4,7 +4,6 @@
 
 #include <string>
 
-#include <boost/asio/ip/address.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <spdlog/spdlog.h>
@@ -16,31 +15,32 @@
 
 namespace inferd::daemon {
 
-namespace {
-
-// `peer` is "address:port", the address possibly in brackets.
-bool is_loopback(std::string_view peer) {
-  const size_t colon = peer.rfind(':');
-  std::string_view addr = colon == std::string_view::npos ? peer : peer.substr(0, colon);
-  if (addr.size() >= 2 && addr.front() == '[' && addr.back() == ']') addr = addr.substr(1, addr.size() - 2);
-  boost::system::error_code ec;
-  const auto ip = boost::asio::ip::make_address(std::string(addr), ec);
-  if (ec) return false;
-  if (ip.is_v6() && ip.to_v6().is_v4_mapped())
-    return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, ip.to_v6()).is_loopback();
-  return ip.is_loopback();
-}
-
-}  // namespace
-
-void check_admin_access(const Request& req, const std::string& api_key) {
-  if (!api_key.empty()) {
-    if (!has_api_key(req, api_key)) throw HttpError(401, "admin endpoints need the API key");
-  } else if (!is_loopback(req.peer)) {
-    throw HttpError(403, "admin endpoints answer loopback clients only unless an API key is configured");
+void check_admin_access(const Request& req, const std::string& admin_key) {
+  if (!admin_key.empty()) {
+    if (has_api_key(req, admin_key)) return;
+    throw HttpError(401, req.header("Authorization").empty()
+                             ? "admin endpoints need the admin key: send \"Authorization: Bearer <admin key>\""
+                             : "the admin key is not valid (the API key does not open admin endpoints)");
   }
+  if (!req.admin_listener)
+    throw HttpError(403,
+                    "admin endpoints are not served on this listener: reach them on the admin listener "
+                    "(--admin-port, --admin-socket), or configure an admin key (--admin-api-key-file)",
+                    "permission_error");
 }
 
+void route_admin(HttpServer& http, std::string method, std::string path, const std::string& admin_key,
+                 SimpleHandler handler) {
+  http.route(
+      std::move(method), std::move(path),
+      [admin_key, handler = std::move(handler)](const Request& req) {
+        check_admin_access(req, admin_key);
+        return handler(req);
+      },
+      RouteOptions{.listeners = Listeners::Both});
+}
+
+#if INFERD_FAULTS
 namespace {
 
 std::string value_text(const boost::json::value& v) {
@@ -59,13 +59,9 @@ std::string armed_json() {
 }  // namespace
 
 void register_admin_routes(HttpServer& http, const ServerConfig& server) {
-  const std::string api_key = server.api_key;
-  http.route("GET", "/admin/fault", [api_key](const Request& req) {
-    check_admin_access(req, api_key);
-    return Response::json(200, armed_json());
-  });
-  http.route("POST", "/admin/fault", [api_key](const Request& req) {
-    check_admin_access(req, api_key);
+  route_admin(http, "GET", "/admin/fault", server.admin_api_key,
+              [](const Request&) { return Response::json(200, armed_json()); });
+  route_admin(http, "POST", "/admin/fault", server.admin_api_key, [](const Request& req) {
     const boost::json::object body = parse_json_object(req.body);
     const auto* name = body.if_contains("name");
     if (name == nullptr || !name->is_string() || name->as_string().empty())
@@ -92,5 +88,9 @@ void register_admin_routes(HttpServer& http, const ServerConfig& server) {
                                    {"name", fault}, {"armed", arm}, {"value", arm ? value : std::string()}}));
   });
 }
+#else
+// A build without fault points has no /admin/fault: the path answers 404.
+void register_admin_routes(HttpServer&, const ServerConfig&) {}
+#endif
 
 }  // namespace inferd::daemon

@@ -1,5 +1,7 @@
 #include "daemon/config.hpp"
 
+#include <sys/un.h>
+
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
@@ -9,12 +11,14 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <algorithm>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <variant>
 
+#include "faults/fault_points.hpp"
 #include "kernels/backend_factory.hpp"
 
 namespace inferd::daemon {
@@ -114,6 +118,28 @@ Key string_key(std::string_view section, std::string_view name, std::string_view
 
 std::string not_empty(std::string& s) { return s.empty() ? "must not be empty" : ""; }
 
+// What is wrong with a key, never the key itself: errors reach logs.
+std::string admin_key_problem(std::string_view key) {
+  if (key.empty()) return "is empty";
+  for (char c : key)
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
+      return "must be one line of printable characters without spaces";
+  return {};
+}
+
+std::string admin_key_text(std::string& s) {
+  if (s.empty()) return {};  // no admin key
+  const std::string why = admin_key_problem(s);
+  return why.empty() ? why : "the key " + why;
+}
+
+std::string unix_socket_path(std::string& s) {
+  if (s.size() >= sizeof(sockaddr_un::sun_path))
+    return fmt::format("a Unix socket path must be shorter than {} bytes, got {}", sizeof(sockaddr_un::sun_path),
+                       s.size());
+  return {};
+}
+
 std::string power_of_two(int64_t n) {
   return (n & (n - 1)) == 0 ? "" : fmt::format("must be a power of two, got {}", n);
 }
@@ -167,6 +193,14 @@ const std::vector<Key>& keys() {
       int_key("server", "port", "port", &C::server, &ServerConfig::port, 1, 65535, "port to listen on"),
       string_key("server", "api_key", "api-key", &C::server, &ServerConfig::api_key,
                  "require 'Authorization: Bearer KEY' on the API"),
+      string_key("server", "admin_api_key", "admin-api-key", &C::server, &ServerConfig::admin_api_key,
+                 "require 'Authorization: Bearer KEY' on the admin routes (prefer the file)", admin_key_text),
+      string_key("server", "admin_api_key_file", "admin-api-key-file", &C::server, &ServerConfig::admin_api_key_file,
+                 "file holding the admin routes' key"),
+      int_key("server", "admin_port", "admin-port", &C::server, &ServerConfig::admin_port, 0, 65535,
+              "admin listener on 127.0.0.1:N; 0: none"),
+      string_key("server", "admin_socket", "admin-socket", &C::server, &ServerConfig::admin_socket,
+                 "admin listener on a Unix socket at PATH", unix_socket_path),
       string_key("server", "served_model_name", "served-model-name", &C::server, &ServerConfig::served_model_name,
                  "model name the API reports and accepts"),
       int_key("server", "max_body_bytes", "", &C::server, &ServerConfig::max_body_bytes, 1024, int64_t{1} << 30, ""),
@@ -442,7 +476,36 @@ void refuse_unbuilt(const Config& cfg, const Origins& origins) {
   refuse(cfg.parallel.headless != d.parallel.headless, "parallel.headless", "a headless worker rank");
 }
 
+std::string where_set(const Origins& origins, std::string_view key) {
+  auto it = origins.find(key);
+  return it != origins.end() ? it->second : std::string(key);
+}
+
+// Reads admin_api_key_file into admin_api_key. Its surrounding whitespace (the
+// newline an editor adds) is not part of the key.
+void read_admin_key(Config& cfg, const Origins& origins) {
+  ServerConfig& s = cfg.server;
+  if (s.admin_api_key_file.empty()) return;
+  const std::string where = where_set(origins, "server.admin_api_key_file");
+  if (!s.admin_api_key.empty())
+    throw ConfigError(fmt::format("{}: set admin_api_key or admin_api_key_file, not both ({} is set too)", where,
+                                  where_set(origins, "server.admin_api_key")));
+  std::ifstream in(s.admin_api_key_file, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read {}: {}", where, s.admin_api_key_file, std::strerror(errno)));
+  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto first = key.find_first_not_of(" \t\r\n");
+  key = first == std::string::npos ? std::string() : key.substr(first, key.find_last_not_of(" \t\r\n") - first + 1);
+  if (std::string why = admin_key_problem(key); !why.empty())
+    throw ConfigError(fmt::format("{}: the key in {} {}", where, s.admin_api_key_file, why));
+  s.admin_api_key = std::move(key);
+}
+
 void check_across_keys(const Config& cfg, const Origins& origins) {
+  if (!cfg.server.admin_api_key.empty() && cfg.server.admin_api_key == cfg.server.api_key) {
+    const char* key = origins.count("server.admin_api_key_file") ? "server.admin_api_key_file" : "server.admin_api_key";
+    throw ConfigError(fmt::format("{}: the admin key must differ from api_key, which every API client holds",
+                                  where_set(origins, key)));
+  }
   if (cfg.parallel.node_rank >= cfg.parallel.nnodes) {
     auto it = origins.find("parallel.node_rank");
     if (it == origins.end()) it = origins.find("parallel.nnodes");
@@ -529,6 +592,7 @@ Config parse_config_toml(std::string_view text, std::string_view source) {
   Config cfg;
   Origins origins;
   apply_toml(cfg, text, source, origins);
+  read_admin_key(cfg, origins);
   check_across_keys(cfg, origins);
   return cfg;
 }
@@ -543,6 +607,7 @@ Config load_config(const CommandLine& cmd) {
     if (renamed_flag(flag)) cfg.deprecated.push_back(fmt::format("--{}: deprecated name; use --{}", flag, k->flag));
     apply(cfg, *k, from_flag(*k, flag, text), "--" + flag, origins);
   }
+  read_admin_key(cfg, origins);
   check_across_keys(cfg, origins);
   return cfg;
 }
@@ -563,7 +628,13 @@ std::string usage() {
       "\n"
       "  --config FILE                    TOML configuration file\n"
       "  --help                           print this help and exit\n"
-      "  --version                        print the version and exit\n";
+      "  --version                        print the version and exit\n"
+      "\n"
+      "Admin routes (/admin/*) need the admin key (--admin-api-key-file) or are\n"
+      "served only on the admin listener (--admin-port, --admin-socket).\n";
+  out += faults::kBuiltIn ? "This build has fault points (INFERD_FAULTS, /admin/fault): a test build.\n"
+                          : "This build has no fault points (configure with -Dfaults=true for tests).\n";
+  out += "\n";
   for (const Key& k : keys()) {
     if (k.flag.empty()) continue;
     std::string left;

@@ -31,6 +31,12 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;            // empty: no authentication
+  // The admin routes' own key (never the API key). Empty: they are served only
+  // on the admin listener, without a key.
+  std::string admin_api_key;
+  std::string admin_api_key_file;  // where admin_api_key is read from at start
+  int admin_port = 0;              // the admin listener on 127.0.0.1; 0: none
+  std::string admin_socket;        // the admin listener on a Unix socket; empty: none
   std::string served_model_name;  // empty: the model file's name
   int64_t max_body_bytes = 8 << 20;
   int idle_timeout_s = 60;

@@ -46,6 +46,8 @@ HttpServerOptions http_options(const ServerConfig& s) {
   o.idle_timeout = std::chrono::seconds(s.idle_timeout_s);
   o.request_timeout = std::chrono::seconds(s.request_timeout_s);
   o.io_threads = s.io_threads;
+  if (s.admin_port != 0) o.admin_port = static_cast<uint16_t>(s.admin_port);
+  o.admin_socket = s.admin_socket;
   return o;
 }
 
@@ -152,6 +154,15 @@ int Daemon::run() {
       fail(e.what());
       return 1;
     }
+    const ServerConfig& server = config_.server;
+    if (!server.admin_api_key.empty())
+      spdlog::info("admin endpoints: need the admin key{}", server.admin_api_key_file.empty()
+                                                                 ? std::string()
+                                                                 : " from " + server.admin_api_key_file);
+    else if (server.admin_port == 0 && server.admin_socket.empty())
+      spdlog::info("admin endpoints: not served (no admin key, no admin listener)");
+    else
+      spdlog::info("admin endpoints: on the admin listener only");
   } else {
     spdlog::info("headless worker rank {} of {}: no HTTP API", config_.parallel.node_rank, config_.parallel.nnodes);
   }

@@ -43,7 +43,9 @@ std::optional<ModelInfo> ServedModel::get() const {
 
 void register_health_routes(HttpServer& http, const Lifecycle& lifecycle, const Metrics& metrics,
                             const ServedModel& model, HealthRouteOptions options) {
-  const RouteOptions always{.available_while_draining = true};
+  // Health and metrics answer on the admin listener too; the API only on the main one.
+  const RouteOptions always{.available_while_draining = true, .listeners = Listeners::Both};
+  const RouteOptions api{.available_while_draining = true};
 
   http.route(
       "GET", "/health/live",
@@ -101,7 +103,7 @@ void register_health_routes(HttpServer& http, const Lifecycle& lifecycle, const 
         }
         return Response::json(200, boost::json::serialize(boost::json::object{{"object", "list"}, {"data", data}}));
       },
-      always);
+      api);
 }
 
 }  // namespace inferd::daemon

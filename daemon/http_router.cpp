@@ -11,6 +11,10 @@ void require_absolute(const std::string& path) {
   if (path.empty() || path[0] != '/') throw std::invalid_argument("route path must start with '/': " + path);
 }
 
+bool serves(Listeners listeners, bool admin) {
+  return listeners == Listeners::Both || (listeners == Listeners::Admin) == admin;
+}
+
 }  // namespace
 
 void Router::add(std::string method, std::string path, Handler handler, RouteOptions options) {
@@ -30,7 +34,7 @@ void Router::add_prefix(std::string method, std::string prefix, Handler handler,
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 }
 
-Router::Match Router::match(std::string_view method, std::string_view path) const {
+Router::Match Router::match(std::string_view method, std::string_view path, bool admin) const {
   const ByMethod* by_method = nullptr;
   if (auto it = exact_.find(path); it != exact_.end()) {
     by_method = &it->second;
@@ -40,12 +44,13 @@ Router::Match Router::match(std::string_view method, std::string_view path) cons
   }
   Match m;
   if (!by_method) return m;
-  m.pattern = by_method->begin()->second.pattern;
-  if (auto it = by_method->find(method); it != by_method->end()) {
-    m.route = &it->second;
-  } else {
-    for (const auto& [verb, route] : *by_method) m.allow += (m.allow.empty() ? "" : ", ") + verb;
+  for (const auto& [verb, route] : *by_method) {
+    if (!serves(route.options.listeners, admin)) continue;
+    m.pattern = route.pattern;
+    if (verb == method) m.route = &route;
+    m.allow += (m.allow.empty() ? "" : ", ") + verb;
   }
+  if (m.route) m.allow.clear();
   return m;
 }
 

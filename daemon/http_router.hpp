@@ -31,7 +31,8 @@ class Router {
     // 405 with Allow when the path is known, else 404. Only when route is null.
     Response refusal(std::string_view method, std::string_view path) const;
   };
-  Match match(std::string_view method, std::string_view path) const;
+  // Only routes served on this listener (`admin`: the admin one) match.
+  Match match(std::string_view method, std::string_view path, bool admin) const;
 
  private:
   using ByMethod = std::map<std::string, Route, std::less<>>;

@@ -1,14 +1,23 @@
-// HttpServer: the listener, the I/O threads and the routes. Connections are
+// HttpServer: the listeners (the main one and the admin one, TCP on 127.0.0.1
+// and/or a Unix socket), the I/O threads and the routes. Connections are
 // http_session.cpp's, routing http_router.cpp's, responders http_responder.cpp's;
 // Beast stays out of every header, so the rest of the daemon compiles without it.
 #include "daemon/http_server.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/string.hpp>
@@ -40,41 +49,124 @@ Response Response::error(int status, std::string_view message, std::string_view 
   return json(status, error_body(status, message, type));
 }
 
+namespace {
+
+using local = asio::local::stream_protocol;
+
+// One listening socket: the main one or an admin one.
+template <class Protocol>
+struct Listener {
+  Listener(typename Protocol::acceptor a, std::string name, bool admin)
+      : acceptor(std::move(a)), retry(acceptor.get_executor()), name(std::move(name)), admin(admin) {}
+  typename Protocol::acceptor acceptor;
+  asio::steady_timer retry;
+  std::string name;  // where it listens, for logs
+  bool admin;
+};
+
+tcp::acceptor listen_tcp(asio::io_context& ioc, const std::string& host, uint16_t port) {
+  const std::string where = endpoint_text(host, port);
+  error_code ec;
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty())
+    throw std::runtime_error("cannot listen on " + where + ": " + (ec ? ec.message() : "host not found"));
+  const tcp::endpoint endpoint = results.begin()->endpoint();
+  tcp::acceptor acceptor(ioc);
+  auto fail = [&](error_code e) { throw std::runtime_error("cannot listen on " + where + ": " + e.message()); };
+  if (acceptor.open(endpoint.protocol(), ec)) fail(ec);
+  if (acceptor.set_option(asio::socket_base::reuse_address(true), ec)) fail(ec);
+  if (acceptor.bind(endpoint, ec)) fail(ec);
+  if (acceptor.listen(asio::socket_base::max_listen_connections, ec)) fail(ec);
+  return acceptor;
+}
+
+// A Unix socket only its owner may connect to. A socket file left by a process
+// that is gone is replaced; one that still answers is not.
+local::acceptor listen_unix(asio::io_context& ioc, const std::string& path) {
+  auto fail = [&](const std::string& why) -> void {
+    throw std::runtime_error("cannot listen on unix socket " + path + ": " + why);
+  };
+  error_code ec;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) fail("a file that is not a socket is in the way");
+    local::socket probe(ioc);
+    if (!probe.connect(local::endpoint(path), ec)) fail("another process is listening on it");
+    ::unlink(path.c_str());
+  }
+  local::acceptor acceptor(ioc);
+  if (acceptor.open(local(), ec)) fail(ec.message());
+  if (acceptor.bind(local::endpoint(path), ec)) fail(ec.message());
+  // Before listen(): nobody can connect until the mode is set.
+  if (::chmod(path.c_str(), 0600) != 0) fail(std::strerror(errno));
+  if (acceptor.listen(asio::socket_base::max_listen_connections, ec)) fail(ec.message());
+  return acceptor;
+}
+
+std::string peer_of(const tcp::socket& socket) {
+  error_code ec;
+  const auto ep = socket.remote_endpoint(ec);
+  return ec ? std::string("unknown") : endpoint_text(ep.address().to_string(), ep.port());
+}
+
+}  // namespace
+
 struct HttpServer::Impl {
   Impl(HttpServerOptions options, Metrics* metrics) : state(std::move(options), metrics) {}
-  void accept();
+  template <class Protocol>
+  void accept(Listener<Protocol>& listener);
+  template <class Protocol>
+  static void close(std::optional<Listener<Protocol>>& listener);
 
   ServerState state;
   uint16_t bound_port = 0;
+  uint16_t bound_admin_port = 0;
   bool started = false;
   bool stopped = false;
   // Declared after `state` so it is destroyed first: destroying it releases the
   // sessions its pending handlers still own, and they unregister from `state`.
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::optional<tcp::acceptor> acceptor;
-  std::optional<asio::steady_timer> accept_retry;
+  std::optional<Listener<tcp>> main;
+  std::optional<Listener<tcp>> admin_tcp;
+  std::optional<Listener<local>> admin_unix;
   std::vector<std::thread> threads;
 };
 
-void HttpServer::Impl::accept() {
+template <class Protocol>
+void HttpServer::Impl::accept(Listener<Protocol>& l) {
   // Each connection gets a strand of its own: its handlers never run concurrently.
-  acceptor->async_accept(asio::make_strand(ioc), [this](error_code ec, tcp::socket socket) {
-    if (!acceptor->is_open() || ec == asio::error::operation_aborted) return;
+  l.acceptor.async_accept(asio::make_strand(ioc), [this, &l](error_code ec, typename Protocol::socket socket) {
+    if (!l.acceptor.is_open() || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of descriptors and the like: back off instead of spinning.
-      spdlog::warn("http: accept failed: {}", ec.message());
-      accept_retry->expires_after(std::chrono::milliseconds(100));
-      accept_retry->async_wait([this](error_code e) {
-        if (!e && acceptor->is_open()) accept();
+      spdlog::warn("http: accept on {} failed: {}", l.name, ec.message());
+      l.retry.expires_after(std::chrono::milliseconds(100));
+      l.retry.async_wait([this, &l](error_code e) {
+        if (!e && l.acceptor.is_open()) accept(l);
       });
       return;
     }
-    error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);  // SSE deltas are small and latency-bound
-    start_session(state, std::move(socket));
-    accept();
+    std::string peer;
+    if constexpr (std::is_same_v<Protocol, tcp>) {
+      error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);  // SSE deltas are small and latency-bound
+      peer = peer_of(socket);
+    } else {
+      peer = "unix:" + l.name;
+    }
+    start_session(state, asio::generic::stream_protocol::socket(std::move(socket)), std::move(peer), l.admin);
+    accept(l);
   });
+}
+
+template <class Protocol>
+void HttpServer::Impl::close(std::optional<Listener<Protocol>>& l) {
+  if (!l) return;
+  error_code ignored;
+  l->acceptor.close(ignored);
+  l->retry.cancel();
 }
 
 HttpServer::HttpServer(HttpServerOptions options, Metrics* metrics)
@@ -104,30 +196,25 @@ void HttpServer::start() {
   Impl& s = *impl_;
   if (s.started) throw std::logic_error("HttpServer::start called twice");
   const HttpServerOptions& opts = s.state.opts;
-  const std::string where = endpoint_text(opts.host, opts.port);
-  error_code ec;
-  tcp::resolver resolver(s.ioc);
-  auto results = resolver.resolve(opts.host, std::to_string(opts.port),
-                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || results.empty())
-    throw std::runtime_error("cannot listen on " + where + ": " + (ec ? ec.message() : "host not found"));
-  const tcp::endpoint endpoint = results.begin()->endpoint();
-
-  tcp::acceptor acceptor(s.ioc);
-  auto fail = [&](error_code e) { throw std::runtime_error("cannot listen on " + where + ": " + e.message()); };
-  if (acceptor.open(endpoint.protocol(), ec)) fail(ec);
-  if (acceptor.set_option(asio::socket_base::reuse_address(true), ec)) fail(ec);
-  if (acceptor.bind(endpoint, ec)) fail(ec);
-  if (acceptor.listen(asio::socket_base::max_listen_connections, ec)) fail(ec);
-  s.bound_port = acceptor.local_endpoint().port();
-  s.acceptor.emplace(std::move(acceptor));
-  s.accept_retry.emplace(s.ioc);
+  s.main.emplace(listen_tcp(s.ioc, opts.host, opts.port), "", false);
+  s.bound_port = s.main->acceptor.local_endpoint().port();
+  s.main->name = endpoint_text(opts.host, s.bound_port);
+  if (opts.admin_port) {
+    s.admin_tcp.emplace(listen_tcp(s.ioc, "127.0.0.1", *opts.admin_port), "", true);
+    s.bound_admin_port = s.admin_tcp->acceptor.local_endpoint().port();
+    s.admin_tcp->name = endpoint_text("127.0.0.1", s.bound_admin_port);
+  }
+  if (!opts.admin_socket.empty()) s.admin_unix.emplace(listen_unix(s.ioc, opts.admin_socket), opts.admin_socket, true);
   s.started = true;
 
   s.work.emplace(s.ioc.get_executor());
-  s.accept();
+  s.accept(*s.main);
+  if (s.admin_tcp) s.accept(*s.admin_tcp);
+  if (s.admin_unix) s.accept(*s.admin_unix);
   for (int i = 0; i < opts.io_threads; ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
-  spdlog::info("http: listening on {} ({} I/O threads)", endpoint_text(opts.host, s.bound_port), opts.io_threads);
+  spdlog::info("http: listening on {} ({} I/O threads)", s.main->name, opts.io_threads);
+  if (s.admin_tcp) spdlog::info("http: admin listener on {}", s.admin_tcp->name);
+  if (s.admin_unix) spdlog::info("http: admin listener on unix socket {}", s.admin_unix->name);
 }
 
 void HttpServer::stop() {
@@ -145,9 +232,10 @@ void HttpServer::stop() {
   s.threads.clear();
 
   // The I/O threads are gone, so sessions may be touched from here.
-  error_code ignored;
-  s.acceptor->close(ignored);
-  s.accept_retry->cancel();
+  Impl::close(s.main);
+  Impl::close(s.admin_tcp);
+  Impl::close(s.admin_unix);
+  if (s.admin_unix) ::unlink(s.admin_unix->name.c_str());
   close_sessions(s.state);
   s.work.reset();
   // Let the aborted operations complete so the sessions they hold are released.
@@ -160,6 +248,7 @@ void HttpServer::set_accepting(bool accepting) { impl_->state.accepting = accept
 bool HttpServer::accepting() const { return impl_->state.accepting; }
 int HttpServer::in_flight() const { return impl_->state.in_flight.load(); }
 uint16_t HttpServer::port() const { return impl_->bound_port; }
+uint16_t HttpServer::admin_port() const { return impl_->bound_admin_port; }
 const HttpServerOptions& HttpServer::options() const { return impl_->state.opts; }
 
 }  // namespace inferd::daemon

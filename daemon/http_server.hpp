@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +28,12 @@ struct HttpServerOptions {
   // From a complete request to the end of its response, streams included.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(600)};
   int io_threads = 2;
+  // The admin listener, beside the main one: it serves the routes registered for
+  // Listeners::Admin or Both, and only those. A TCP port on 127.0.0.1 (0 picks a
+  // free port; see HttpServer::admin_port()) and/or a Unix socket, created
+  // owner-only (0600).
+  std::optional<uint16_t> admin_port;
+  std::string admin_socket;  // empty: none
 };
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
@@ -39,7 +46,8 @@ struct Request {
   HeaderList headers;
   std::string body;
   std::string request_id;  // the client's X-Request-Id, or a generated one
-  std::string peer;        // "address:port"
+  std::string peer;        // "address:port", or "unix:PATH" on the admin socket
+  bool admin_listener = false;  // arrived on the admin listener
   // When the per-request timeout fires; work may use it as its own deadline.
   std::chrono::steady_clock::time_point deadline;
 
@@ -95,9 +103,14 @@ using Handler = std::function<void(const Request&, std::shared_ptr<Responder>)>;
 // A handler that answers at once.
 using SimpleHandler = std::function<Response(const Request&)>;
 
+// Which listeners serve a route: the main one (the API), the admin one, or both.
+// A listener answers 404 for a route it does not serve.
+enum class Listeners { Main, Admin, Both };
+
 struct RouteOptions {
   // Still served after set_accepting(false): health checks and metrics.
   bool available_while_draining = false;
+  Listeners listeners = Listeners::Main;
 };
 
 class HttpServer {
@@ -117,8 +130,8 @@ class HttpServer {
   void route(std::string method, std::string path, SimpleHandler handler, RouteOptions options = {});
   void route_prefix(std::string method, std::string prefix, Handler handler, RouteOptions options = {});
 
-  // Binds, listens and starts the I/O threads. Throws std::runtime_error
-  // ("cannot listen on 127.0.0.1:8000: Address already in use").
+  // Binds, listens (the admin listener too, if any) and starts the I/O threads.
+  // Throws std::runtime_error ("cannot listen on 127.0.0.1:8000: Address already in use").
   void start();
   // Closes the listener and every connection (their responders report closed()),
   // then joins the I/O threads. Idempotent.
@@ -133,6 +146,8 @@ class HttpServer {
   int in_flight() const;
   // The bound port (useful with port 0), valid after start().
   uint16_t port() const;
+  // The admin listener's bound TCP port, 0 when it has none; valid after start().
+  uint16_t admin_port() const;
   const HttpServerOptions& options() const;
 
  private:

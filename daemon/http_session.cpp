@@ -18,7 +18,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
@@ -38,7 +38,8 @@ namespace inferd::daemon {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
+using Socket = asio::generic::stream_protocol::socket;
+using Stream = beast::basic_stream<asio::generic::stream_protocol>;
 using error_code = boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
@@ -98,7 +99,8 @@ std::string method_label(std::string_view m) {
   return "other";
 }
 
-Request to_request(http::request<http::string_body>& msg, std::string peer, std::chrono::milliseconds timeout) {
+Request to_request(http::request<http::string_body>& msg, std::string peer, bool admin,
+                   std::chrono::milliseconds timeout) {
   Request req;
   req.method = msg.method_string();
   req.target = msg.target();
@@ -110,6 +112,7 @@ Request to_request(http::request<http::string_body>& msg, std::string peer, std:
   req.request_id = valid_request_id(id) ? std::string(id) : new_request_id();
   req.body = std::move(msg.body());
   req.peer = std::move(peer);
+  req.admin_listener = admin;
   req.deadline = Clock::now() + timeout;
   return req;
 }
@@ -127,12 +130,12 @@ using Piece = std::variant<http::response<http::string_body>,  // a complete res
 
 class Session final : public ExchangeHost, public std::enable_shared_from_this<Session> {
  public:
-  Session(ServerState& server, tcp::socket socket)
-      : server_(server), stream_(std::move(socket)), deadline_(stream_.get_executor()) {
-    error_code ec;
-    auto ep = stream_.socket().remote_endpoint(ec);
-    if (!ec) peer_ = endpoint_text(ep.address().to_string(), ep.port());
-  }
+  Session(ServerState& server, Socket socket, std::string peer, bool admin)
+      : server_(server),
+        stream_(std::move(socket)),
+        deadline_(stream_.get_executor()),
+        peer_(std::move(peer)),
+        admin_(admin) {}
 
   ~Session() {
     std::lock_guard lock(server_.sessions_mu);
@@ -225,7 +228,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
     http_version_ = req.version() ? req.version() : 11;
     keep_alive_ = false;
     const std::string_view target = req.target();
-    const auto m = server_.router.match(req.method_string(), target.substr(0, target.find('?')));
+    const auto m = server_.router.match(req.method_string(), target.substr(0, target.find('?')), admin_);
     begin_exchange(status == 413 ? m.pattern : "unmatched", method_label(req.method_string()));
     send(Response::error(status, message));
   }
@@ -235,10 +238,10 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   void dispatch() {
     http_version_ = parser_->get().version();
     keep_alive_ = parser_->get().keep_alive();
-    const Request req = to_request(parser_->get(), peer_, server_.opts.request_timeout);
+    const Request req = to_request(parser_->get(), peer_, admin_, server_.opts.request_timeout);
     request_id_ = req.request_id;
 
-    const auto m = server_.router.match(req.method, req.path);
+    const auto m = server_.router.match(req.method, req.path, admin_);
     begin_exchange(m.pattern, method_label(req.method));
     start_deadline();
     watch_client();
@@ -438,7 +441,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   // so it reads the response instead of a reset.
   void linger() {
     error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket().shutdown(Socket::shutdown_send, ignored);
     stream_.expires_after(std::min<std::chrono::milliseconds>(kLinger, server_.opts.idle_timeout));
     buffer_.clear();
     discard();
@@ -484,17 +487,18 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
     end_exchange(/*client_gone=*/true);
     closed_ = true;
     error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().shutdown(Socket::shutdown_both, ignored);
     stream_.close();
   }
 
   ServerState& server_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::empty_body> continue_{http::status::continue_, 11};
   asio::steady_timer deadline_;
   std::string peer_;
+  bool admin_;  // accepted by the admin listener
 
   bool closed_ = false;
   bool watching_ = false;
@@ -550,8 +554,8 @@ void ServerState::request_finished(const std::string& route, const std::string& 
   if (in_flight_gauge) in_flight_gauge->dec();
 }
 
-void start_session(ServerState& server, tcp::socket socket) {
-  std::make_shared<Session>(server, std::move(socket))->start();
+void start_session(ServerState& server, Socket socket, std::string peer, bool admin) {
+  std::make_shared<Session>(server, std::move(socket), std::move(peer), admin)->start();
 }
 
 void close_sessions(ServerState& server) {

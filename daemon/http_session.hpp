@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_map>
 
-#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
 
 #include "daemon/http_responder.hpp"
 #include "daemon/http_router.hpp"
@@ -42,8 +42,11 @@ struct ServerState {
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
 };
 
-// Serves requests on an accepted socket until the client or the server closes it.
-void start_session(ServerState& server, boost::asio::ip::tcp::socket socket);
+// Serves requests on an accepted socket (TCP or Unix) until the client or the
+// server closes it. `peer` names the client in logs; `admin`: the socket came
+// from the admin listener, so only its routes are served.
+void start_session(ServerState& server, boost::asio::generic::stream_protocol::socket socket, std::string peer,
+                   bool admin);
 // Closes every connection; their pending responders report closed(). Only once
 // the I/O threads have stopped.
 void close_sessions(ServerState& server);

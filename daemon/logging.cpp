@@ -1,5 +1,6 @@
 #include "daemon/logging.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,7 +15,7 @@
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/sinks/ansicolor_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/lifecycle.hpp"
@@ -53,6 +54,24 @@ class RequestIdFlag final : public spdlog::custom_flag_formatter {
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<RequestIdFlag>(); }
 };
 
+// Where records meant for stderr go: a copy of fd 2 taken before the
+// supervisor's StderrPipe replaces it. The pipe's scanner looks for what the
+// engine's libraries (CUDA, NCCL, UCX) write to fd 2; the daemon's own records
+// carry text clients choose (request ids, model names, paths), so they go
+// straight to the original stderr and can never raise a log-pattern signal.
+FILE* log_stream() {
+  static FILE* const stream = [] {
+    const int fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    FILE* f = fd >= 0 ? ::fdopen(fd, "w") : nullptr;
+    if (f == nullptr) {
+      if (fd >= 0) ::close(fd);
+      return stderr;  // out of descriptors at start: nothing is scanned yet either
+    }
+    return f;
+  }();
+  return stream;
+}
+
 #if INFERD_HAVE_SYSTEMD
 int syslog_priority(spdlog::level::level_enum level) {
   switch (level) {
@@ -86,8 +105,9 @@ class JournaldSink final : public spdlog::sinks::base_sink<std::mutex> {
     if (sd_journal_sendv(iov.data(), static_cast<int>(iov.size())) < 0) {
       // journald is unreachable: stderr is its stream too, and it reads a
       // "<priority>" prefix there, so the record keeps its priority.
-      std::fprintf(stderr, "<%d>%.*s\n", syslog_priority(msg.level), static_cast<int>(msg.payload.size()),
+      std::fprintf(log_stream(), "<%d>%.*s\n", syslog_priority(msg.level), static_cast<int>(msg.payload.size()),
                    msg.payload.data());
+      std::fflush(log_stream());
     }
   }
   void flush_() override {}
@@ -95,7 +115,8 @@ class JournaldSink final : public spdlog::sinks::base_sink<std::mutex> {
 #endif
 
 std::shared_ptr<spdlog::sinks::sink> stderr_sink() {
-  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto sink = std::make_shared<spdlog::sinks::ansicolor_sink<spdlog::details::console_mutex>>(
+      log_stream(), spdlog::color_mode::automatic);
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
   formatter->add_flag<RequestIdFlag>('q').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %q%v");
   sink->set_formatter(std::move(formatter));
@@ -127,6 +148,7 @@ bool stderr_is_journal() {
 }
 
 std::string init_logging(const LogConfig& cfg) {
+  log_stream();  // now, while fd 2 is still the original stderr
   bool journald = cfg.target == LogTarget::Journald || (cfg.target == LogTarget::Auto && stderr_is_journal());
   std::shared_ptr<spdlog::sinks::sink> sink;
 #if INFERD_HAVE_SYSTEMD

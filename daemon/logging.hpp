@@ -1,6 +1,7 @@
 // Logging through spdlog: to the journal with structured fields (PRIORITY,
 // INFERD_STATE, INFERD_REQUEST_ID, and those of a ScopedLogFields) when running
-// under systemd, to stderr otherwise.
+// under systemd, to stderr otherwise (the original stderr, not the pipe the
+// supervisor scans).
 #pragma once
 #include <optional>
 #include <string>
@@ -24,7 +25,9 @@ std::optional<spdlog::level::level_enum> parse_log_level(std::string_view name);
 bool stderr_is_journal();
 
 // Installs the default logger for `cfg` (target and level). Returns the target
-// chosen ("stderr" or "journald").
+// chosen ("stderr" or "journald"). Call it before anything replaces fd 2: the
+// log writes to the stderr it finds then, so the supervisor's stderr pipe sees
+// only what libraries write, never the daemon's own records.
 std::string init_logging(const LogConfig& cfg);
 
 // Applies a new level to the running logger.

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd.version) {
-      std::printf("inferd %s\n", INFERD_VERSION);
+      std::printf("inferd %s (%s)\n", INFERD_VERSION,
+                  inferd::faults::kBuiltIn ? "fault points built in: a test build" : "no fault points");
       return 0;
     }
     cfg = load_config(cmd);
@@ -44,12 +45,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (const char* spec = std::getenv("INFERD_FAULTS")) {
+#if INFERD_FAULTS
     try {
       inferd::faults::arm_faults_from_spec(spec);
     } catch (const std::invalid_argument& e) {
       std::fprintf(stderr, "inferd: INFERD_FAULTS: %s\n", e.what());
       return 2;
     }
+#else
+    // Asking for faults a build cannot fire must not pass silently.
+    (void)spec;
+    std::fputs("inferd: INFERD_FAULTS is set, but this build has no fault points; configure with -Dfaults=true\n",
+               stderr);
+    return 2;
+#endif
   }
 
   // A client that hangs up must not kill the process.
@@ -57,8 +66,11 @@ int main(int argc, char** argv) {
   const std::string target = init_logging(cfg.log);
   spdlog::info("inferd {} starting (log level {}, to {})", INFERD_VERSION, cfg.log.level, target);
   for (const std::string& warning : cfg.deprecated) spdlog::warn("{}", warning);
+#if INFERD_FAULTS
+  spdlog::warn("this build has fault points (-Dfaults=true): for tests, not for production");
   for (const auto& [name, value] : inferd::faults::armed_faults())
     spdlog::warn("fault point armed: {}{}{}", name, value.empty() ? "" : "=", value);
+#endif
   try {
     Daemon daemon(std::move(cfg), std::move(cmd));
     EngineHost engine(daemon);  // destroyed before the daemon: it beats the daemon's heartbeat

@@ -17,7 +17,7 @@ Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
                {.warmed = [this] { sampler_.rebaseline(); }, .reopened = [this] { sampler_.probe_soon(); }}),
       timer_(daemon.supervisor_loop()) {
   if (HttpServer* http = daemon.http()) {
-    register_supervisor_routes(*http, daemon.config().server.api_key,
+    register_supervisor_routes(*http, daemon.config().server.admin_api_key,
                                {.last_probe = [this] { return sampler_.last_probe(); },
                                 .probe_now = [this] { return sampler_.probe_now(); },
                                 .status = [this] {

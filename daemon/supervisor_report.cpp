@@ -131,21 +131,20 @@ std::string probe_json(const health::ProbeResult& r) {
   return json::serialize(o);
 }
 
-void register_supervisor_routes(HttpServer& http, const std::string& api_key, SupervisorRoutes routes) {
+void register_supervisor_routes(HttpServer& http, const std::string& admin_key, SupervisorRoutes routes) {
   auto last_probe = [last = routes.last_probe](const Request&) {
     const auto r = last();
     return Response::json(r.ran && r.ok ? 200 : 503, probe_json(r));
   };
-  http.route("GET", "/health/generate", last_probe);
-  http.route("GET", "/health_generate", last_probe);  // SGLang's name
-  http.route("POST", "/admin/probe", [api_key, probe_now = routes.probe_now](const Request& req) {
-    check_admin_access(req, api_key);
+  const RouteOptions health{.listeners = Listeners::Both};
+  http.route("GET", "/health/generate", last_probe, health);
+  http.route("GET", "/health_generate", last_probe, health);  // SGLang's name
+  route_admin(http, "POST", "/admin/probe", admin_key, [probe_now = routes.probe_now](const Request&) {
     const auto r = probe_now();
     if (!r) throw HttpError(503, "no generation probe before the warm-up gate has opened");
     return Response::json(r->ok ? 200 : 503, probe_json(*r));
   });
-  http.route("GET", "/admin/supervisor", [api_key, status = routes.status](const Request& req) {
-    check_admin_access(req, api_key);
+  route_admin(http, "GET", "/admin/supervisor", admin_key, [status = routes.status](const Request&) {
     return Response::json(200, supervisor_json(status()));
   });
 }

@@ -59,6 +59,7 @@ struct SupervisorRoutes {
   std::function<SupervisorStatus()> status;
 };
 
-void register_supervisor_routes(HttpServer& http, const std::string& api_key, SupervisorRoutes routes);
+// The /admin routes take the admin key (see admin_routes.hpp).
+void register_supervisor_routes(HttpServer& http, const std::string& admin_key, SupervisorRoutes routes);
 
 }  // namespace inferd::daemon

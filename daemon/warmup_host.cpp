@@ -31,13 +31,11 @@ WarmupHost::WarmupHost(Daemon& daemon, EngineHost& engines) : daemon_(daemon), e
   daemon.set_warm_hook([this](Daemon& d) { warm(d); });
   HttpServer* http = daemon.http();
   if (http == nullptr) return;
-  const std::string api_key = daemon.config().server.api_key;
-  http->route("GET", "/admin/warmup", [this, api_key](const Request& req) {
-    check_admin_access(req, api_key);
+  const std::string& admin_key = daemon.config().server.admin_api_key;
+  route_admin(*http, "GET", "/admin/warmup", admin_key, [this](const Request&) {
     return Response::json(200, report_json());
   });
-  http->route("POST", "/admin/warmup", [this, api_key](const Request& req) {
-    check_admin_access(req, api_key);
+  route_admin(*http, "POST", "/admin/warmup", admin_key, [this](const Request&) {
     if (daemon_.lifecycle().state() != State::Serving || rerunning_.exchange(true))
       throw HttpError(409, "a warm-up can be re-run only while Serving (now " +
                                std::string(to_string(daemon_.lifecycle().state())) + ")");

@@ -1,5 +1,9 @@
 #include "faults/fault_points.hpp"
 
+// Without fault points the header has all there is (see fault_points.hpp).
+#if INFERD_FAULTS
+
+#include <atomic>
 #include <charconv>
 #include <map>
 #include <memory>
@@ -124,3 +128,5 @@ std::vector<std::pair<std::string, std::string>> armed_faults() {
 }
 
 }  // namespace inferd::faults
+
+#endif  // INFERD_FAULTS

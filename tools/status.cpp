@@ -1,7 +1,8 @@
 // `inferctl status`: where a running daemon stands: lifecycle state, activity
 // (load or warm-up progress, shedding, recovery), the model load, uptime and the served model, read from
 // /health/ready, /metrics and /v1/models; and, where /admin/supervisor answers
-// (loopback, or with --api-key), the monitors and the supervisor's last decision.
+// (with --admin-api-key, or at --admin-url on the admin listener), the monitors
+// and the supervisor's last decision.
 // Exit 0 when the daemon answered, 1 when it could not be reached.
 #include <cmath>
 #include <cstdio>
@@ -23,7 +24,10 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: inferctl status [--url http://127.0.0.1:8000] [--timeout SECONDS] [--api-key KEY]\n"
-    "Prints the daemon's lifecycle state, activity, model load, uptime, served model and health.\n";
+    "                       [--admin-url URL] [--admin-api-key KEY]\n"
+    "Prints the daemon's lifecycle state, activity, model load, uptime, served model and health.\n"
+    "Health comes from /admin/supervisor, asked at --admin-url (default: --url; the daemon's\n"
+    "admin listener needs no key) with --admin-api-key when the daemon has an admin key.\n";
 
 // The value of an unlabelled sample, e.g. "inferd_uptime_seconds 12.5".
 std::optional<double> metric_value(const std::string& text, std::string_view name) {
@@ -137,7 +141,7 @@ int cmd_status(const Args& args) {
     load = describe_load(m.body);
   }
   std::string model = "none loaded";
-  if (const HttpReply r = http_request(url, "GET", "/v1/models", {}, timeout); r.status == 200) {
+  if (const HttpReply r = http_request(url, "GET", "/v1/models", {}, timeout, args.get("api-key", "")); r.status == 200) {
     const boost::json::value list = boost::json::parse(r.body, ec);
     if (!ec && list.is_object()) {
       if (const auto* data = list.as_object().if_contains("data"); data && data->is_array() && !data->as_array().empty())
@@ -156,8 +160,14 @@ int cmd_status(const Args& args) {
     if (const auto* err = health.if_contains("error"); err && err->is_object())
       std::cout << "reason:   " << string_field(err->as_object(), "message") << "\n";
   }
-  if (const HttpReply r = http_request(url, "GET", "/admin/supervisor", {}, timeout, args.get("api-key", ""));
-      r.status == 200) {
+  const Url admin_url = args.has("admin-url") ? parse_url(args.get("admin-url", "")) : url;
+  HttpReply admin;
+  try {
+    admin = http_request(admin_url, "GET", "/admin/supervisor", {}, timeout, args.get("admin-api-key", ""));
+  } catch (const std::runtime_error&) {
+    admin.status = 0;  // no admin listener there: the health line is left out
+  }
+  if (const HttpReply& r = admin; r.status == 200) {
     const auto lines = describe_supervisor(r.body);
     if (!lines.empty()) std::cout << "health:   " << lines[0] << "\n";
     if (lines.size() > 1) std::cout << "last:     " << lines[1] << "\n";

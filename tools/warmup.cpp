@@ -24,11 +24,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: inferctl warmup --plan [--keys] [inferd options: --config FILE, --max-model-len N, ...]\n"
-    "       inferctl warmup [--url http://127.0.0.1:8000] [--api-key KEY] [--timeout SECONDS]\n"
+    "       inferctl warmup [--url http://127.0.0.1:8000] [--admin-api-key KEY] [--timeout SECONDS]\n"
     "--plan prints the four phases, the shape axes and how many reachable shape keys the plan\n"
     "covers, without running it (exit 1 when the plan cannot be sure to reach a bucket).\n"
     "Without --plan, closes the daemon's endpoint, re-runs the full warm-up and waits until\n"
-    "it serves again (exit 1 when it did not).\n";
+    "it serves again (exit 1 when it did not). It uses /admin/warmup: --url is the daemon's admin\n"
+    "listener (127.0.0.1:admin_port), or --admin-api-key carries the daemon's admin key.\n";
 
 std::string join(const std::vector<int64_t>& v) {
   std::string s;
@@ -67,9 +68,9 @@ int show_plan(const Args& args) {
 }
 
 int rerun(const Args& args) {
-  args.allow_only({"url", "api-key", "timeout", "help"});
+  args.allow_only({"url", "admin-api-key", "timeout", "help"});
   const Url url = parse_url(args.get("url", "http://127.0.0.1:8000"));
-  const std::string key = args.get("api-key", "");
+  const std::string key = args.get("admin-api-key", "");
   const double timeout_s = args.get_double("timeout", 600);
   const HttpReply start = http_request(url, "POST", "/admin/warmup", "{}", std::chrono::seconds(10), key);
   if (start.status != 202) {
@@ -83,7 +84,7 @@ int rerun(const Args& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     HttpReply r;
     try {
-      r = http_request(url, "GET", "/health/ready", {}, std::chrono::seconds(5), key);
+      r = http_request(url, "GET", "/health/ready", {}, std::chrono::seconds(5));
     } catch (const std::runtime_error&) {
       std::cerr << "inferctl warmup: the daemon went away\n";
       return 1;

@@ -1,6 +1,8 @@
 """Fixtures that start the real inferd binary on a free loopback port."""
+import functools
 import os
 import pathlib
+import secrets
 import signal
 import socket
 import subprocess
@@ -34,6 +36,27 @@ def metric(d, name, labels=None):
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def faults_built_in():
+    """Whether this build has fault points (meson -Dfaults=true), as --version says."""
+    out = subprocess.run([str(INFERD), "--version"], capture_output=True, text=True, timeout=30).stdout
+    return "fault points built in" in out
+
+
+# Tests that arm fault points (INFERD_FAULTS, /admin/fault) run only in builds
+# that have them, as `tools/dev.sh test` configures; elsewhere they are skipped.
+needs_faults = pytest.mark.skipif(not faults_built_in(), reason="this build has no fault points (-Dfaults=true)")
+
+
+def admin_key_file(key):
+    """A file holding `key`, as an operator would write it (owner-only, newline at the end)."""
+    f = tempfile.NamedTemporaryFile("w", prefix="inferd-admin-", suffix=".key", delete=False)
+    os.chmod(f.name, 0o600)
+    f.write(key + "\n")
+    f.close()
+    return f.name
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,15 +70,22 @@ SMALL_SHAPES = ["--max-model-len", "1024", "--max-num-batched-tokens", "256", "-
 
 
 class Daemon:
-    """One inferd process: its port, its stderr file, and helpers to talk to it."""
+    """One inferd process: its port, its stderr file, and helpers to talk to it.
+    With admin_key (the default) it gets an admin key of its own through
+    --admin-api-key-file, which admin_get/admin_post send."""
 
-    def __init__(self, args, env=None, wait_state=None, timeout=120, small_shapes=True):
+    def __init__(self, args, env=None, wait_state=None, timeout=120, small_shapes=True, admin_key=True):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="inferd-", suffix=".log", delete=False)
         full_env = dict(os.environ)
         full_env.update(env or {})
         cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(self.port)]
+        self.admin_key = self.admin_key_file = None
+        if admin_key:
+            self.admin_key = "adm-" + secrets.token_hex(16)
+            self.admin_key_file = admin_key_file(self.admin_key)
+            cmd += ["--admin-api-key-file", self.admin_key_file]
         cmd += (SMALL_SHAPES if small_shapes else []) + list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
         if wait_state is not None:
@@ -68,6 +98,17 @@ class Daemon:
     def post(self, path, **kw):
         kw.setdefault("timeout", 60)
         return requests.post(self.url + path, **kw)
+
+    def admin_headers(self):
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+    def admin_get(self, path, **kw):
+        kw["headers"] = {**self.admin_headers(), **kw.get("headers", {})}
+        return self.get(path, **kw)
+
+    def admin_post(self, path, **kw):
+        kw["headers"] = {**self.admin_headers(), **kw.get("headers", {})}
+        return self.post(path, **kw)
 
     def state(self):
         try:
@@ -112,16 +153,19 @@ class Daemon:
                 self.proc.wait()
         self.log.close()
         os.unlink(self.log.name)
+        if self.admin_key_file:
+            os.unlink(self.admin_key_file)
 
 
 @pytest.fixture
 def start_daemon():
-    """Factory: start_daemon(args, env=None, wait_state='Serving', small_shapes=True) -> Daemon;
-    all stopped at teardown."""
+    """Factory: start_daemon(args, env=None, wait_state='Serving', small_shapes=True, admin_key=True)
+    -> Daemon; all stopped at teardown."""
     started = []
 
-    def _start(args=(), env=None, wait_state="Serving", timeout=180, small_shapes=True):
-        d = Daemon(args, env=env, wait_state=wait_state, timeout=timeout, small_shapes=small_shapes)
+    def _start(args=(), env=None, wait_state="Serving", timeout=180, small_shapes=True, admin_key=True):
+        d = Daemon(args, env=env, wait_state=wait_state, timeout=timeout, small_shapes=small_shapes,
+                   admin_key=admin_key)
         started.append(d)
         return d
 

@@ -130,17 +130,17 @@ def test_malformed_http_is_400(daemon):
 
 
 def test_malformed_json_is_400(daemon):
-    r = daemon.post("/admin/fault", data='{"name": ', headers={"Content-Type": "application/json"})
+    r = daemon.post("/v1/completions", data='{"model": ', headers={"Content-Type": "application/json"})
     err = assert_openai_error(r, 400)
     assert "not valid JSON" in err["message"]
 
 
 def test_oversized_body_is_413(daemon):
-    r = daemon.post("/admin/fault", data=b"x" * (MAX_BODY + 1))
+    r = daemon.post("/v1/completions", data=b"x" * (MAX_BODY + 1))
     err = assert_openai_error(r, 413)
     assert str(MAX_BODY) in err["message"]
     # Announced but never sent: answered at once.
-    reply = raw_exchange(daemon.port, b"POST /admin/fault HTTP/1.1\r\nHost: t\r\nContent-Length: 999999999\r\n\r\n")
+    reply = raw_exchange(daemon.port, b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 999999999\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 413 ")
 
 
@@ -189,7 +189,8 @@ def test_slowloris_is_closed_after_idle_timeout(daemon):
 
 
 def test_inferctl_status(daemon):
-    r = subprocess.run([str(INFERCTL), "status", "--url", daemon.url], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([str(INFERCTL), "status", "--url", daemon.url, "--admin-api-key", daemon.admin_key],
+                       capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     assert re.search(r"^state: +Serving$", r.stdout, re.M)
     assert re.search(r"^activity: +\S", r.stdout, re.M)

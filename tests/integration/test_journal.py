@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from conftest import INFERD, SMALL_SHAPES, default_model, free_port
+from conftest import INFERD, SMALL_SHAPES, default_model, free_port, needs_faults
 
 HARNESS = pathlib.Path(__file__).with_name("fake_journald.py")
 
@@ -25,11 +25,13 @@ def can_unshare_mounts():
     return r.returncode == 0
 
 
+@needs_faults
 @pytest.mark.skipif(not can_unshare_mounts(), reason="no permission to create a mount namespace")
 def test_supervisor_decisions_are_journal_records_with_fields(tmp_path):
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(port), *SMALL_SHAPES, "--model", default_model(),
+    cmd = [str(INFERD), "--host", "127.0.0.1", "--port", str(port), "--admin-port", str(admin_port),
+           *SMALL_SHAPES, "--model", default_model(),
            "--no-warmup", "--health-interval-ms", "100", "--probe-interval", "0"]
     stderr = tmp_path / "stderr.log"
     harness = subprocess.Popen(["unshare", "-m", "--propagation", "private", sys.executable, str(HARNESS),
@@ -49,7 +51,8 @@ def test_supervisor_decisions_are_journal_records_with_fields(tmp_path):
         else:
             pytest.fail(f"never ready\n{stderr.read_text()[-3000:]}")
         line = "NCCL WARN Call to ibv_reg_mr failed; NCCL error: unhandled system error"
-        assert requests.post(url + "/admin/fault", json={"name": "log.inject", "value": line}, timeout=5).ok
+        admin = f"http://127.0.0.1:{admin_port}"
+        assert requests.post(admin + "/admin/fault", json={"name": "log.inject", "value": line}, timeout=5).ok
 
         def decision():
             return next((r for r in records if r.get("INFERD_ACTION") == "shed"), None)

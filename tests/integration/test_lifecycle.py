@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import INFERD, free_port
+from conftest import INFERD, faults_built_in, free_port, needs_faults
 
 
 def run_inferd(args, env=None, timeout=30):
@@ -28,9 +28,11 @@ def test_help_and_version():
     r = run_inferd(["--help"])
     assert r.returncode == 0
     assert "--max-num-batched-tokens" in r.stdout and "--config FILE" in r.stdout
+    assert "--admin-api-key-file TEXT" in r.stdout and "--admin-port N" in r.stdout
     r = run_inferd(["--version"])
     assert r.returncode == 0
     assert r.stdout.startswith("inferd ")
+    assert ("fault points built in" in r.stdout) == faults_built_in()
 
 
 def test_config_error_exits_2_with_one_line():
@@ -136,28 +138,35 @@ def test_sighup_reloads_the_log_level_only(start_daemon, tmp_path):
     assert d.get("/health/live").status_code == 200
 
 
+@needs_faults
 def test_fault_points_from_env_and_admin_route(start_daemon):
     d = start_daemon([], env={"INFERD_FAULTS": "test.one=5,test.two"})
-    assert d.get("/admin/fault").json() == {"armed": {"test.one": "5", "test.two": ""}}
-    r = d.post("/admin/fault", json={"name": "test.three", "value": 7})
+    assert d.admin_get("/admin/fault").json() == {"armed": {"test.one": "5", "test.two": ""}}
+    r = d.admin_post("/admin/fault", json={"name": "test.three", "value": 7})
     assert r.status_code == 200
     assert r.json() == {"name": "test.three", "armed": True, "value": "7"}
-    assert d.post("/admin/fault", json={"name": "test.one", "armed": False}).status_code == 200
-    assert d.get("/admin/fault").json() == {"armed": {"test.three": "7", "test.two": ""}}
-    bad = d.post("/admin/fault", json={"value": 1})
+    assert d.admin_post("/admin/fault", json={"name": "test.one", "armed": False}).status_code == 200
+    assert d.admin_get("/admin/fault").json() == {"armed": {"test.three": "7", "test.two": ""}}
+    bad = d.admin_post("/admin/fault", json={"value": 1})
     assert bad.status_code == 400
     assert "name" in bad.json()["error"]["message"]
-    assert d.post("/admin/fault", json={"name": "x", "armed": "no"}).status_code == 400
+    assert d.admin_post("/admin/fault", json={"name": "x", "armed": "no"}).status_code == 400
 
 
-def test_admin_route_needs_the_api_key_when_one_is_set(start_daemon):
-    d = start_daemon(["--api-key", "sekrit"])
-    assert d.post("/admin/fault", json={"name": "test.x"}).status_code == 401
-    r = d.post("/admin/fault", json={"name": "test.x"}, headers={"Authorization": "Bearer sekrit"})
-    assert r.status_code == 200
-
-
+@needs_faults
 def test_bad_fault_spec_exits_2():
     r = run_inferd(["--port", str(free_port())], env={"INFERD_FAULTS": "=1"})
     assert r.returncode == 2
     assert r.stderr == "inferd: INFERD_FAULTS: fault item '=1' has no name\n"
+
+
+@pytest.mark.skipif(faults_built_in(), reason="checks a build without fault points (-Dfaults=false)")
+def test_a_build_without_fault_points_refuses_them(start_daemon):
+    r = run_inferd(["--port", str(free_port())], env={"INFERD_FAULTS": "heartbeat.stall"})
+    assert r.returncode == 2
+    assert r.stderr == ("inferd: INFERD_FAULTS is set, but this build has no fault points; "
+                        "configure with -Dfaults=true\n")
+    assert "no fault points" in run_inferd(["--version"]).stdout
+    d = start_daemon([])
+    assert d.admin_get("/admin/fault").status_code == 404
+    assert d.admin_post("/admin/fault", json={"name": "heartbeat.stall"}).status_code == 404

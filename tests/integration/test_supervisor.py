@@ -3,6 +3,7 @@ on stderr, and memory pressure (replayed from recorded /proc files and real, fro
 a child that allocates). Each test asserts what the supervisor did, and what the
 clients saw: nothing in flight hangs or vanishes."""
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -10,7 +11,7 @@ import time
 
 import requests
 
-from conftest import INFERCTL, default_model, metric
+from conftest import INFERCTL, default_model, faults_built_in, metric, needs_faults
 
 SUPERVISED = ["--model", default_model(), "--health-interval-ms", "100"]
 
@@ -32,6 +33,7 @@ def wait_golden(d):
         time.sleep(0.1)
 
 
+@needs_faults
 def test_probe_mismatch_recovers_and_the_probe_passes_again(start_daemon):
     d = start_daemon(SUPERVISED + ["--probe-interval", "0"])
     wait_golden(d)
@@ -39,15 +41,15 @@ def test_probe_mismatch_recovers_and_the_probe_passes_again(start_daemon):
     assert golden["ok"] and golden["text"]
     assert d.get("/health_generate").json()["text"] == golden["text"]
 
-    assert d.post("/admin/fault", json={"name": "logits.corrupt"}).status_code == 200
+    assert d.admin_post("/admin/fault", json={"name": "logits.corrupt"}).status_code == 200
     t0 = time.monotonic()
-    bad = d.post("/admin/probe", json={})
+    bad = d.admin_post("/admin/probe", json={})
     assert bad.status_code == 503 and "golden" in bad.json()["reason"]
     _, detect = wait_state(d, {"Recovering", "Warming"}, 10)
-    d.post("/admin/fault", json={"name": "logits.corrupt", "armed": False})
+    d.admin_post("/admin/fault", json={"name": "logits.corrupt", "armed": False})
     _, _ = wait_state(d, {"Serving"}, 180)
     mttr = time.monotonic() - t0
-    ok = d.post("/admin/probe", json={})
+    ok = d.admin_post("/admin/probe", json={})
     assert ok.status_code == 200 and ok.json()["text"] == golden["text"]
     assert metric(d, "inferd_recoveries_total") == 1
     log = d.output()
@@ -55,7 +57,7 @@ def test_probe_mismatch_recovers_and_the_probe_passes_again(start_daemon):
     # The decision is a record with fields, and the report says what came of it.
     assert "[decision=1 action=recover level=critical monitors=probe] supervisor: recover" in log
     assert "[decision=1 action=recover recovery_seconds=" in log
-    report = d.get("/admin/supervisor").json()
+    report = d.admin_get("/admin/supervisor").json()
     assert report["recoveries_in_window"] == 1 and report["max_recoveries"] == 3
     [rec] = report["decisions"]
     assert rec["action"] == "recover" and rec["monitors"] == ["probe"]
@@ -64,6 +66,7 @@ def test_probe_mismatch_recovers_and_the_probe_passes_again(start_daemon):
     print(f"probe mismatch: detected in {detect:.2f} s, reopened after {mttr:.1f} s")
 
 
+@needs_faults
 def test_wedged_step_requeues_what_streamed_nothing_and_ends_what_did(start_daemon):
     d = start_daemon(SUPERVISED + ["--step-deadline-floor", "1.5"])
     # A stream that has produced tokens when the step wedges.
@@ -73,7 +76,7 @@ def test_wedged_step_requeues_what_streamed_nothing_and_ends_what_did(start_daem
     chunks = [next(l for l in lines if l) for _ in range(3)]
     assert all(c.startswith(b"data: ") for c in chunks)
 
-    assert d.post("/admin/fault", json={"name": "step.stall", "value": "600000"}).status_code == 200
+    assert d.admin_post("/admin/fault", json={"name": "step.stall", "value": "600000"}).status_code == 200
     t0 = time.monotonic()
     # A request submitted behind the wedge: it has streamed nothing, so it is held and runs after reopen.
     held = {}
@@ -95,17 +98,18 @@ def test_wedged_step_requeues_what_streamed_nothing_and_ends_what_did(start_daem
     log = d.output()
     assert "wedge suspected" in log and "requests held to run again" in log
     assert re.search(r"action=recover level=critical monitors=[a-z_,]*step_deadline", log)
-    probe = d.post("/admin/probe", json={})
+    probe = d.admin_post("/admin/probe", json={})
     assert probe.status_code == 200, probe.text
     print(f"wedge: detected {detect:.2f} s after the stall (deadline 1.5 s), reopened after {mttr:.1f} s")
 
 
+@needs_faults
 def test_a_kernel_stuck_in_its_loop_is_cancelled_by_the_recovery(start_daemon):
     # kernel.spin: the next matmul's task loop never ends (real work, no sleep
     # that polls anything). The step deadline sees the wedge; the reset cancels
     # the step between two tasks; the process lives on and reopens.
     d = start_daemon(SUPERVISED + ["--step-deadline-floor", "1.5", "--probe-interval", "0"])
-    assert d.post("/admin/fault", json={"name": "kernel.spin"}).status_code == 200
+    assert d.admin_post("/admin/fault", json={"name": "kernel.spin"}).status_code == 200
     t0 = time.monotonic()
     # It has streamed nothing when its step is cancelled: held, then run after reopen.
     r = d.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 5}, timeout=300)
@@ -117,10 +121,11 @@ def test_a_kernel_stuck_in_its_loop_is_cancelled_by_the_recovery(start_daemon):
     log = d.output()
     assert "engine step cancelled by a reset" in log and "requests held to run again" in log
     assert re.search(r"action=recover level=critical monitors=[a-z_,]*step_deadline", log)
-    assert d.post("/admin/probe", json={}).status_code == 200
+    assert d.admin_post("/admin/probe", json={}).status_code == 200
     print(f"kernel stuck in its loop: answered after {mttr:.1f} s (deadline 1.5 s, then the re-warm)")
 
 
+@needs_faults
 def test_when_the_daemon_fails_every_request_in_flight_is_answered(start_daemon):
     # No recovery allowed: the wedge fails the process. Before it exits, the
     # stream that had tokens gets an error event and [DONE], and the request
@@ -130,7 +135,7 @@ def test_when_the_daemon_fails_every_request_in_flight_is_answered(start_daemon)
     stream = requests.post(d.url + "/v1/completions", json=body, stream=True, timeout=300)
     lines = stream.iter_lines()
     assert next(l for l in lines if l).startswith(b"data: ")
-    assert d.post("/admin/fault", json={"name": "step.stall", "value": "600000"}).status_code == 200
+    assert d.admin_post("/admin/fault", json={"name": "step.stall", "value": "600000"}).status_code == 200
     waiting = {}
 
     def late():
@@ -147,6 +152,7 @@ def test_when_the_daemon_fails_every_request_in_flight_is_answered(start_daemon)
     assert d.wait(timeout=60) == 1
 
 
+@needs_faults
 def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
     d = start_daemon(SUPERVISED + ["--probe-interval", "0"],
                      env={"INFERD_FAULTS": "log.inject=[rank0] UCX  ERROR ibv_reg_mr failed: rcache"})
@@ -156,7 +162,7 @@ def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
     assert d.state() == "Serving"  # a line before the baseline is only counted
 
     line = "NCCL WARN Call to ibv_reg_mr failed; NCCL error: unhandled system error"
-    assert d.post("/admin/fault", json={"name": "log.inject", "value": line}).status_code == 200
+    assert d.admin_post("/admin/fault", json={"name": "log.inject", "value": line}).status_code == 200
     _, detect = wait_state(d, {"Degraded"}, 5)
     r = d.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1})
     assert r.status_code == 503 and r.headers.get("Retry-After") and "shedding" in r.json()["error"]["message"]
@@ -164,13 +170,60 @@ def test_error_lines_count_only_after_the_baseline_and_shed(start_daemon):
     wait_state(d, {"Serving"}, 10)  # calm again
     assert line in d.output()  # passed through to the real stderr
     assert metric(d, "inferd_sheds_total") == 1
-    shed, unshed = d.get("/admin/supervisor").json()["decisions"]
+    shed, unshed = d.admin_get("/admin/supervisor").json()["decisions"]
     assert (shed["action"], shed["level"], shed["monitors"], shed["outcome"]) == ("shed", "shed", ["log"], "state Degraded")
     assert (unshed["action"], unshed["outcome"]) == ("unshed", "state Serving")
     assert "[decision=1 action=shed level=shed monitors=log] supervisor: shed" in d.output()
-    status = subprocess.run([str(INFERCTL), "status", "--url", d.url], capture_output=True, text=True, timeout=30)
+    status = subprocess.run([str(INFERCTL), "status", "--url", d.url, "--admin-api-key", d.admin_key],
+                            capture_output=True, text=True, timeout=30)
     assert "\nlast:     #2 unshed: calm for 8 samples -> state Serving\n" in status.stdout, status.stdout
     print(f"error line: shed {detect:.2f} s after it was written")
+
+
+# Text a client chooses that the log patterns would match (see health/log_scanner.cpp).
+LIBRARY_LOOKALIKE = "NCCL WARN NCCL error UCX  ERROR cudaError CUDA error oom-kill Killed process ibv_x failed"
+# A request id cannot hold spaces; these match without them.
+LOOKALIKE_ID = "NCCL-error:cudaError:oom-kill:CUBLAS_STATUS_x:ibv_reg_mr-failed:mlx5-error"
+
+
+def test_client_text_in_the_log_never_reaches_the_log_scanner(start_daemon, tmp_path):
+    """The daemon logs text clients choose (request ids, paths); only what
+    libraries write to fd 2 is scanned, so that text raises no log signal."""
+    cfg = tmp_path / "inferd.toml"
+    cfg.write_text("[server]\nrequest_timeout_s = 1\n")
+    d = start_daemon(SUPERVISED + ["--probe-interval", "0", "--log-level", "debug", "--config", str(cfg)])
+    hdr = {"X-Request-Id": LOOKALIKE_ID}
+    assert d.post("/v1/completions", json={"model": LIBRARY_LOOKALIKE, "prompt": "hi", "max_tokens": 1},
+                  headers=hdr).status_code == 404
+    assert d.post("/v1/completions", json={"prompt": LIBRARY_LOOKALIKE, "max_tokens": 1},
+                  headers=hdr).status_code == 200
+    assert d.post("/v1/completions", json={"prompt": "hi", "max_tokens": "cudaError oom-kill"},
+                  headers=hdr).status_code == 400
+    assert d.get("/" + LIBRARY_LOOKALIKE, headers=hdr).status_code == 404
+    with socket.create_connection(("127.0.0.1", d.port), timeout=5) as s:
+        s.sendall(f"GET /{LIBRARY_LOOKALIKE} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        assert s.recv(100).startswith(b"HTTP/1.1 400 ")
+    # Longer than the 1 s request timeout: the daemon logs the request id.
+    slow = d.post("/v1/completions", json={"prompt": "Count:", "max_tokens": 900, "ignore_eos": True}, headers=hdr)
+    assert slow.status_code == 504
+    deadline = time.monotonic() + 5
+    while f"http: request {LOOKALIKE_ID} (/v1/completions) timed out" not in d.output():
+        assert time.monotonic() < deadline, d.output()[-3000:]
+        time.sleep(0.05)
+    time.sleep(1)  # ten supervisor samples
+    for category in ("nccl", "ucx", "cuda", "ibverbs", "oom"):
+        for baseline in ("before", "after"):
+            assert metric(d, "inferd_log_lines_total", {"category": category, "baseline": baseline}) == 0, category
+    assert d.state() == "Serving"
+    assert metric(d, "inferd_sheds_total") == 0 and metric(d, "inferd_recoveries_total") == 0
+    log = next(m for m in d.admin_get("/admin/supervisor").json()["monitors"] if m["monitor"] == "log")
+    assert log["level"] == "ok", log
+    if faults_built_in():
+        # A line a library writes to fd 2 is still seen.
+        line = "[rank0] UCX  ERROR ibv_reg_mr failed: rcache"
+        assert d.admin_post("/admin/fault", json={"name": "log.inject", "value": line}).status_code == 200
+        wait_state(d, {"Degraded"}, 5)
+        assert metric(d, "inferd_log_lines_total", {"category": "ucx", "baseline": "after"}) == 1
 
 
 def write_proc(root, available_kb, some_avg10=0.0):
@@ -243,16 +296,17 @@ def test_real_memory_pressure_sheds_until_released(start_daemon, tmp_path):
     print(f"real memory pressure: shed {detect:.2f} s after the child allocated")
 
 
+@needs_faults
 def test_too_many_recoveries_fail_the_process(start_daemon):
     d = start_daemon(SUPERVISED + ["--probe-interval", "0", "--max-recoveries", "1"])
     wait_golden(d)
-    assert d.post("/admin/fault", json={"name": "logits.corrupt"}).status_code == 200
-    assert d.post("/admin/probe", json={}).status_code == 503
+    assert d.admin_post("/admin/fault", json={"name": "logits.corrupt"}).status_code == 200
+    assert d.admin_post("/admin/probe", json={}).status_code == 503
     wait_state(d, {"Serving"}, 180)  # the first recovery; the fault is still armed
     deadline = time.monotonic() + 60
     while d.proc.poll() is None and time.monotonic() < deadline:
         try:
-            d.post("/admin/probe", json={})
+            d.admin_post("/admin/probe", json={})
         except requests.RequestException:
             pass  # it is going down
         time.sleep(0.2)

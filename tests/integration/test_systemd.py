@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from conftest import BUILD, INFERCTL, INFERD, SMALL_SHAPES, SRC, free_port
+from conftest import BUILD, INFERCTL, INFERD, SMALL_SHAPES, SRC, free_port, needs_faults
 
 WATCHDOG_USEC = 500_000
 
@@ -105,11 +105,14 @@ def collapse(lines):
     return out
 
 
+@needs_faults
 def test_notify_sequence_and_watchdog_follow_the_heartbeat(notify_socket, tmp_path):
     log = open(tmp_path / "inferd.log", "w+")
     env = {"NOTIFY_SOCKET": notify_socket.path, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
     # The glue alone: with the supervisor on, the stall below would also start a recovery.
-    proc, url = start(["--no-supervise"], env, log, wrapper_pid_env=True)
+    admin_port = free_port()
+    admin = f"http://127.0.0.1:{admin_port}"  # the admin listener: no key needed
+    proc, url = start(["--no-supervise", "--admin-port", str(admin_port)], env, log, wrapper_pid_env=True)
     try:
         notify_socket.wait_for("READY=1", timeout=120)
         notify_socket.wait_for("WATCHDOG=1", timeout=5)
@@ -119,13 +122,13 @@ def test_notify_sequence_and_watchdog_follow_the_heartbeat(notify_socket, tmp_pa
         assert 2 <= notify_socket.since(t0).count("WATCHDOG=1") <= 6
 
         # A stalled step heartbeat stops the pings...
-        r = requests.post(url + "/admin/fault", json={"name": "heartbeat.stall"}, timeout=5)
+        r = requests.post(admin + "/admin/fault", json={"name": "heartbeat.stall"}, timeout=5)
         assert r.status_code == 200
         armed = time.monotonic()
         time.sleep(1.5)
         assert "WATCHDOG=1" not in notify_socket.since(armed + 0.4)
         # ...and they resume once it is healthy again.
-        r = requests.post(url + "/admin/fault", json={"name": "heartbeat.stall", "armed": False}, timeout=5)
+        r = requests.post(admin + "/admin/fault", json={"name": "heartbeat.stall", "armed": False}, timeout=5)
         assert r.status_code == 200
         notify_socket.wait_for("WATCHDOG=1", timeout=2, since=time.monotonic())
 

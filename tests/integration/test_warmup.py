@@ -10,7 +10,7 @@ import openai
 import pytest
 import requests
 
-from conftest import INFERCTL, default_model, metric
+from conftest import INFERCTL, default_model, metric, needs_faults
 
 
 def wait_until(pred, timeout, what):
@@ -52,11 +52,12 @@ def test_endpoint_opens_only_after_every_phase(start_daemon):
         assert metric(d, "inferd_warmup_phase_seconds", {"phase": phase}) > 0
     log = d.output()
     assert "warm-up passed" in log and "Warming -> Serving" in log
-    report = d.get("/admin/warmup").json()
+    report = d.admin_get("/admin/warmup").json()
     assert report["last_run"]["passed"] and report["unreached"] == []
     assert [p["name"] for p in report["last_run"]["phases"]] == ["ramped", "burst", "concurrent-long", "sustained"]
 
 
+@needs_faults
 def test_a_failing_phase_keeps_the_endpoint_closed_and_is_retried(start_daemon):
     d = start_daemon(["--model", default_model(), "--warmup-retries", "50"],
                      env={"INFERD_FAULTS": "warmup.fail=burst"}, wait_state="live")
@@ -66,7 +67,7 @@ def test_a_failing_phase_keeps_the_endpoint_closed_and_is_retried(start_daemon):
     assert "burst" in r.json()["error"]["message"]
     assert d.get("/health/ready").json()["state"] == "Warming"
     # Heal the fault: the next attempt passes and the endpoint opens.
-    assert d.post("/admin/fault", json={"name": "warmup.fail", "armed": False}).status_code == 200
+    assert d.admin_post("/admin/fault", json={"name": "warmup.fail", "armed": False}).status_code == 200
     d.wait_for("Serving", 180)
     assert metric(d, "inferd_warmup_runs_total", {"result": "failed"}) >= 1
     assert metric(d, "inferd_warmup_runs_total", {"result": "passed"}) == 1
@@ -74,6 +75,7 @@ def test_a_failing_phase_keeps_the_endpoint_closed_and_is_retried(start_daemon):
     assert d.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 200
 
 
+@needs_faults
 def test_retries_spent_fail_start_up(start_daemon):
     d = start_daemon(["--model", default_model(), "--warmup-retries", "0"],
                      env={"INFERD_FAULTS": "warmup.fail=sustained"}, wait_state=None)
@@ -85,15 +87,15 @@ def test_retries_spent_fail_start_up(start_daemon):
 
 def test_operator_rerun_closes_and_reopens(start_daemon):
     d = start_daemon(["--model", default_model()])
-    r = subprocess.run([str(INFERCTL), "warmup", "--url", d.url, "--timeout", "180"],
+    r = subprocess.run([str(INFERCTL), "warmup", "--url", d.url, "--admin-api-key", d.admin_key, "--timeout", "180"],
                        capture_output=True, text=True, timeout=200)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "serving again" in r.stdout and "warming 4/4 sustained" in d.output()
     assert metric(d, "inferd_warmup_runs_total", {"result": "passed"}) == 2
     assert "Serving -> Recovering" in d.output() and "Recovering -> Warming" in d.output()
     # A second request while one runs is refused.
-    assert d.post("/admin/warmup", json={}).status_code == 202
-    assert d.post("/admin/warmup", json={}).status_code == 409
+    assert d.admin_post("/admin/warmup", json={}).status_code == 202
+    assert d.admin_post("/admin/warmup", json={}).status_code == 409
     d.wait_for("Serving", 180)
     assert metric(d, "inferd_cold_shapes_total") == 0
 

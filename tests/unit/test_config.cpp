@@ -348,13 +348,49 @@ target = "journald"
           std::string::npos);
   }
 
+  TEST_CASE("config: the admin key comes from a file, and errors never show it") {
+    TempFile file("  adm-s3cret\n");
+    const std::string path = file.path.string();
+    Config c = load_config(cmdline({"--admin-api-key-file", path, "--admin-port", "9100", "--admin-socket", "/run/a.sock"}));
+    CHECK(c.server.admin_api_key == "adm-s3cret");
+    CHECK(c.server.admin_port == 9100);
+    CHECK(c.server.admin_socket == "/run/a.sock");
+    c = parse_config_toml("[server]\nadmin_api_key_file = \"" + path + "\"\n", "x.toml");
+    CHECK(c.server.admin_api_key == "adm-s3cret");
+    CHECK(load_config(cmdline({"--admin-api-key", "k2"})).server.admin_api_key == "k2");
+    CHECK(Config{}.server.admin_api_key.empty());
+    CHECK(Config{}.server.admin_port == 0);
+
+    CHECK(flag_error({"--admin-api-key-file", path, "--admin-api-key", "k2"}) ==
+          "--admin-api-key-file: set admin_api_key or admin_api_key_file, not both (--admin-api-key is set too)");
+    CHECK(flag_error({"--admin-api-key-file", "/nonexistent/key"}) ==
+          "--admin-api-key-file: cannot read /nonexistent/key: No such file or directory");
+    CHECK(flag_error({"--admin-api-key-file", path, "--api-key", "adm-s3cret"}) ==
+          "--admin-api-key-file: the admin key must differ from api_key, which every API client holds");
+    CHECK(config_error("[server]\napi_key = \"same\"\nadmin_api_key = \"same\"\n") ==
+          "x.toml:3: [server] admin_api_key: the admin key must differ from api_key, which every API client holds");
+    CHECK(flag_error({"--admin-api-key", "two words"}) ==
+          "--admin-api-key: the key must be one line of printable characters without spaces");
+    TempFile blank("\n\n");
+    CHECK(flag_error({"--admin-api-key-file", blank.path.string()}) ==
+          "--admin-api-key-file: the key in " + blank.path.string() + " is empty");
+    TempFile two("adm-s3cret\nsecond line\n");
+    CHECK(flag_error({"--admin-api-key-file", two.path.string()}) ==
+          "--admin-api-key-file: the key in " + two.path.string() +
+              " must be one line of printable characters without spaces");
+    CHECK(flag_error({"--admin-port", "70000"}) == "--admin-port: must be between 0 and 65535, got 70000");
+    CHECK(flag_error({"--admin-socket", std::string(200, 'a')}).starts_with(
+        "--admin-socket: a Unix socket path must be shorter than 108 bytes"));
+  }
+
   TEST_CASE("config: --help lists every flag") {
     const std::string u = usage();
     for (const char* flag : {"--host", "--port", "--model", "--served-model-name", "--tensor-parallel-size",
                              "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization",
                              "--api-key", "--block-size", "--[no-]enable-prefix-caching", "--nnodes", "--node-rank",
                              "--master-addr", "--master-port", "--[no-]headless", "--threads", "--log-level", "--config",
-                             "--help", "--version"})
+                             "--help", "--version", "--admin-api-key-file", "--admin-api-key", "--admin-port",
+                             "--admin-socket"})
       CHECK_MESSAGE(u.find(flag) != std::string::npos, flag);
   }
 }

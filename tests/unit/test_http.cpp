@@ -947,6 +947,30 @@ TEST_CASE("http: a stream past the request timeout, or stalled by a client that 
   }
 }
 
+TEST_CASE("http: the admin listener serves only the routes registered for it") {
+  HttpServerOptions o = test_options();
+  o.admin_port = 0;
+  HttpServer server(o);
+  auto where = [](const Request& req) { return Response::json(200, req.admin_listener ? "\"admin\"" : "\"main\""); };
+  server.route("GET", "/api", where);
+  server.route("POST", "/api", where);
+  server.route("GET", "/ops", where, RouteOptions{.listeners = Listeners::Admin});
+  server.route("GET", "/both", where, RouteOptions{.listeners = Listeners::Both});
+  server.start();
+  const uint16_t main = server.port(), admin = server.admin_port();
+  REQUIRE(admin != 0);
+  REQUIRE(admin != main);
+  CHECK(request(main, get("/api")).body == "\"main\"");
+  CHECK(request(main, get("/both")).body == "\"main\"");
+  CHECK(request(main, get("/ops")).status == 404);
+  CHECK(request(admin, get("/ops")).body == "\"admin\"");
+  CHECK(request(admin, get("/both")).body == "\"admin\"");
+  // Not "405 Allow: GET, POST": the path is not served here at all.
+  CHECK(request(admin, get("/api")).status == 404);
+  CHECK(request(admin, "DELETE /api HTTP/1.1\r\nHost: t\r\n\r\n").status == 404);
+  CHECK(request(admin, "DELETE /ops HTTP/1.1\r\nHost: t\r\n\r\n").header("allow") == "GET");
+}
+
 TEST_CASE("http: a busy port is a clear error") {
   HttpServer first(test_options());
   first.start();
