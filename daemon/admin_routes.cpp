@@ -37,7 +37,8 @@ void route_admin(HttpServer& http, std::string method, std::string path, const s
         check_admin_access(req, admin_key);
         return handler(req);
       },
-      RouteOptions{.listeners = Listeners::Both});
+      // Off the I/O threads: some wait (the probe runs a generation).
+      RouteOptions{.offload = true, .listeners = Listeners::Both});
 }
 
 #if INFERD_FAULTS

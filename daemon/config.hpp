@@ -42,6 +42,8 @@ struct ServerConfig {
   int idle_timeout_s = 60;
   int request_timeout_s = 600;
   int io_threads = 2;
+  int work_threads = 2;
+  int max_connections = 4096;
   int drain_timeout_s = 30;
   bool operator==(const ServerConfig&) const = default;
 };

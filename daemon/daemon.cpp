@@ -46,6 +46,8 @@ HttpServerOptions http_options(const ServerConfig& s) {
   o.idle_timeout = std::chrono::seconds(s.idle_timeout_s);
   o.request_timeout = std::chrono::seconds(s.request_timeout_s);
   o.io_threads = s.io_threads;
+  o.work_threads = s.work_threads;
+  o.max_connections = s.max_connections;
   if (s.admin_port != 0) o.admin_port = static_cast<uint16_t>(s.admin_port);
   o.admin_socket = s.admin_socket;
   return o;

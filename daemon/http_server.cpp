@@ -156,7 +156,11 @@ void HttpServer::Impl::accept(Listener<Protocol>& l) {
     } else {
       peer = "unix:" + l.name;
     }
-    start_session(state, asio::generic::stream_protocol::socket(std::move(socket)), std::move(peer), l.admin);
+    asio::generic::stream_protocol::socket generic(std::move(socket));
+    if (!l.admin && open_connections(state) >= static_cast<std::size_t>(state.opts.max_connections))
+      refuse_connection(state, std::move(generic));
+    else
+      start_session(state, std::move(generic), std::move(peer), l.admin);
     accept(l);
   });
 }
@@ -237,6 +241,7 @@ void HttpServer::stop() {
   Impl::close(s.admin_unix);
   if (s.admin_unix) ::unlink(s.admin_unix->name.c_str());
   close_sessions(s.state);
+  s.state.work.join();  // offloaded handlers end; their responders no longer reach anything
   s.work.reset();
   // Let the aborted operations complete so the sessions they hold are released.
   s.ioc.restart();

@@ -28,6 +28,11 @@ struct HttpServerOptions {
   // From a complete request to the end of its response, streams included.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(600)};
   int io_threads = 2;
+  // Threads for the routes registered with RouteOptions::offload.
+  int work_threads = 2;
+  // Open connections beyond which a new one on the main listener is answered
+  // 503 (Retry-After) and closed at once. The admin listener is never refused.
+  int max_connections = 4096;
   // The admin listener, beside the main one: it serves the routes registered for
   // Listeners::Admin or Both, and only those. A TCP port on 127.0.0.1 (0 picks a
   // free port; see HttpServer::admin_port()) and/or a Unix socket, created
@@ -96,7 +101,8 @@ class Responder {
   virtual void on_disconnect(std::function<void()> callback) = 0;
 };
 
-// Runs on an I/O thread; must not block. May answer at once or keep the responder.
+// Runs on an I/O thread (or a work thread: RouteOptions::offload); must not
+// block an I/O thread. May answer at once or keep the responder.
 // The Request lives only for the call: copy what outlives it.
 // A thrown HttpError answers with its status; any other exception answers 500.
 using Handler = std::function<void(const Request&, std::shared_ptr<Responder>)>;
@@ -110,6 +116,10 @@ enum class Listeners { Main, Admin, Both };
 struct RouteOptions {
   // Still served after set_accepting(false): health checks and metrics.
   bool available_while_draining = false;
+  // Runs on the server's work threads, not an I/O thread: for handlers that
+  // spend CPU time on the body (a chat template, tokenizing megabytes) or wait
+  // (a generation probe), so the I/O threads keep answering everyone else.
+  bool offload = false;
   Listeners listeners = Listeners::Main;
 };
 

@@ -238,7 +238,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   void dispatch() {
     http_version_ = parser_->get().version();
     keep_alive_ = parser_->get().keep_alive();
-    const Request req = to_request(parser_->get(), peer_, admin_, server_.opts.request_timeout);
+    Request req = to_request(parser_->get(), peer_, admin_, server_.opts.request_timeout);
     request_id_ = req.request_id;
 
     const auto m = server_.router.match(req.method, req.path, admin_);
@@ -255,10 +255,20 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
     }
 
     auto responder = make_responder(exchange_);
+    if (m.route->options.offload) {
+      boost::asio::post(server_.work, [route = m.route, req = std::move(req), responder] {
+        run_handler(*route, req, responder);
+      });
+      return;
+    }
+    run_handler(*m.route, req, responder);
+  }
+
+  static void run_handler(const Route& route, const Request& req, const std::shared_ptr<Responder>& responder) {
     // Log records written while the handler runs carry the request id.
     ScopedRequestId scoped_id(req.request_id);
     try {
-      m.route->handler(req, responder);
+      route.handler(req, responder);
     } catch (const HttpError& e) {
       responder->send(Response::json(e.status, error_body(e.status, e.what(), e.type, e.param)));
     } catch (const std::exception& e) {
@@ -523,7 +533,8 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
 
 // ---------------------------------------------------------------------------
 
-ServerState::ServerState(HttpServerOptions options, Metrics* m) : opts(std::move(options)), metrics(m) {
+ServerState::ServerState(HttpServerOptions options, Metrics* m)
+    : opts(std::move(options)), metrics(m), work(static_cast<std::size_t>(std::max(1, opts.work_threads))) {
   if (opts.io_threads < 1) opts.io_threads = 1;
   if (opts.request_timeout.count() <= 0) opts.request_timeout = std::chrono::hours(24 * 365);
   if (opts.idle_timeout.count() <= 0) opts.idle_timeout = std::chrono::seconds(60);
@@ -556,6 +567,35 @@ void ServerState::request_finished(const std::string& route, const std::string& 
 
 void start_session(ServerState& server, Socket socket, std::string peer, bool admin) {
   std::make_shared<Session>(server, std::move(socket), std::move(peer), admin)->start();
+}
+
+void refuse_connection(ServerState& server, Socket socket) {
+  struct Refusal {
+    explicit Refusal(Socket s) : stream(std::move(s)) {}
+    beast::basic_stream<Socket::protocol_type, Socket::executor_type> stream;
+    http::response<http::string_body> res;
+  };
+  auto r = std::make_shared<Refusal>(std::move(socket));
+  r->res.result(http::status::service_unavailable);
+  r->res.set(http::field::content_type, "application/json");
+  r->res.set(http::field::retry_after, "1");
+  r->res.keep_alive(false);
+  r->res.body() = error_body(503, "too many open connections (" + std::to_string(server.opts.max_connections) +
+                                      "); retry later");
+  r->res.prepare_payload();
+  r->stream.expires_after(std::chrono::seconds(5));  // a client that does not read is not waited for
+  http::async_write(r->stream, r->res, [r](error_code, size_t) {
+    error_code ignored;
+    r->stream.socket().shutdown(Socket::shutdown_both, ignored);
+  });
+  if (server.metrics)
+    server.metrics->counter("inferd_http_connections_refused_total", "Connections refused at the open-connection limit.")
+        .inc();
+}
+
+std::size_t open_connections(ServerState& server) {
+  std::lock_guard lock(server.sessions_mu);
+  return server.sessions.size();
 }
 
 void close_sessions(ServerState& server) {

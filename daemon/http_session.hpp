@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "daemon/http_responder.hpp"
 #include "daemon/http_router.hpp"
@@ -40,6 +41,8 @@ struct ServerState {
 
   std::mutex sessions_mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  // Where offloaded handlers run (RouteOptions::offload).
+  boost::asio::thread_pool work;
 };
 
 // Serves requests on an accepted socket (TCP or Unix) until the client or the
@@ -47,6 +50,10 @@ struct ServerState {
 // from the admin listener, so only its routes are served.
 void start_session(ServerState& server, boost::asio::generic::stream_protocol::socket socket, std::string peer,
                    bool admin);
+// Answers 503 (Retry-After) on a connection over the server's limit and closes it.
+void refuse_connection(ServerState& server, boost::asio::generic::stream_protocol::socket socket);
+// Open connections, both listeners.
+std::size_t open_connections(ServerState& server);
 // Closes every connection; their pending responders report closed(). Only once
 // the I/O threads have stopped.
 void close_sessions(ServerState& server);

@@ -313,7 +313,7 @@ void generate(ApiContext& api, Api kind, const Request& req, const std::shared_p
   const auto eng = api.loaded_engine();
   const engine::Tokenizer& tok = eng->tokenizer();
 
-  // Prompts become token ids here, on the I/O thread, so the scheduler only runs the model.
+  // Prompts become token ids here, on a work thread of the HTTP server, so the scheduler only runs the model.
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo;
   if (kind == Api::Chat) {
@@ -405,17 +405,22 @@ InFlightEnder register_openai_routes(HttpServer& http, const Lifecycle& lifecycl
                                      EngineSource engine, OpenAiOptions options) {
   auto api = std::make_shared<ApiContext>(lifecycle, metrics, std::move(engine), std::move(options));
 
+  // Parsing, templating and tokenizing a body of up to max_body_bytes is CPU
+  // work: it runs on the server's work threads, not its I/O threads.
+  const RouteOptions work{.offload = true};
   http.route("POST", "/v1/chat/completions",
              guarded(api, true, [](ApiContext& a, const Request& r, const std::shared_ptr<Responder>& o) {
                generate(a, Api::Chat, r, o);
-             }));
+             }),
+             work);
   http.route("POST", "/v1/completions",
              guarded(api, true, [](ApiContext& a, const Request& r, const std::shared_ptr<Responder>& o) {
                generate(a, Api::Completions, r, o);
-             }));
+             }),
+             work);
   // As in vLLM, only /v1 routes need the key.
-  http.route("POST", "/tokenize", guarded(api, false, tokenize));
-  http.route("POST", "/detokenize", guarded(api, false, detokenize));
+  http.route("POST", "/tokenize", guarded(api, false, tokenize), work);
+  http.route("POST", "/detokenize", guarded(api, false, detokenize), work);
   return [api](const std::string& reason) { api->end_in_flight(reason); };
 }
 

@@ -971,6 +971,75 @@ TEST_CASE("http: the admin listener serves only the routes registered for it") {
   CHECK(request(admin, "DELETE /ops HTTP/1.1\r\nHost: t\r\n\r\n").header("allow") == "GET");
 }
 
+TEST_CASE("http: offloaded handlers run off the I/O threads, so a busy one holds up nobody else") {
+  HttpServerOptions o = test_options();
+  o.io_threads = 1;
+  o.work_threads = 2;
+  HttpServer server(o);
+  std::mutex mu;
+  std::condition_variable cv;
+  int busy = 0;
+  bool release = false;
+  // Holds its thread until released (bounded), as tokenizing megabytes or a probe would.
+  auto slow = [&](const Request&) {
+    std::unique_lock lock(mu);
+    ++busy;
+    cv.notify_all();
+    cv.wait_for(lock, 30s, [&] { return release; });
+    return Response::json(200, "\"slow\"");
+  };
+  server.route("POST", "/slow", slow, RouteOptions{.offload = true});
+  server.route("GET", "/quick", [](const Request&) { return Response::json(200, "\"quick\""); });
+  server.start();
+  std::vector<std::thread> clients;
+  std::vector<Reply> slow_replies(2);
+  for (int i = 0; i < 2; ++i)
+    clients.emplace_back([&, i] { slow_replies[i] = request(server.port(), post("/slow", "{}")); });
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, 30s, [&] { return busy == 2; }));
+  }
+  // Both slow handlers hold their threads; the only I/O thread still answers.
+  const Reply quick = request(server.port(), get("/quick"));
+  CHECK(quick.status == 200);
+  CHECK(quick.body == "\"quick\"");
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  for (auto& c : clients) c.join();
+  for (const auto& r : slow_replies) CHECK(r.body == "\"slow\"");
+}
+
+TEST_CASE("http: connections over the limit get 503 with Retry-After; the admin listener is never refused") {
+  HttpServerOptions o = test_options();
+  o.max_connections = 2;
+  o.admin_port = 0;
+  o.idle_timeout = 60s;  // the two open connections stay open while the test runs
+  Metrics metrics;
+  HttpServer server(o, &metrics);
+  server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); },
+               RouteOptions{.listeners = Listeners::Both});
+  server.start();
+  auto idle = std::make_unique<Conn>(server.port());
+  Conn second(server.port());
+  // Both are open (and counted) once they have been answered once.
+  REQUIRE(idle->send(get("/x")));
+  REQUIRE(idle->read_response()->status == 200);
+  REQUIRE(second.send(get("/x")));
+  REQUIRE(second.read_response()->status == 200);
+  const Reply refused = request(server.port(), get("/x"));
+  CHECK(refused.status == 503);
+  CHECK(refused.header("retry-after") == "1");
+  CHECK(refused.json().at("error").at("message").as_string().starts_with("too many open connections (2)"));
+  CHECK(request(server.admin_port(), get("/x")).status == 200);
+  CHECK(metrics.render().find("inferd_http_connections_refused_total 1") != std::string::npos);
+  // One closes: a new connection is served again.
+  idle.reset();
+  CHECK(eventually([&] { return request(server.port(), get("/x")).status == 200; }, 10s));
+}
+
 TEST_CASE("http: a busy port is a clear error") {
   HttpServer first(test_options());
   first.start();
