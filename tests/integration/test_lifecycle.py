@@ -43,6 +43,17 @@ def test_config_error_exits_2_with_one_line():
     assert r.stderr == f"inferd: {path}:4: [engine] max_num_seqs: must be between 1 and 4096, got 0\n"
 
 
+def test_bad_log_pattern_exits_2_naming_file_line_and_key():
+    path = write_config("[health]\nenable = true\nlog_patterns = \"\"\"\ngpu warn Xid [0-9]+\ndisk critical I/O error (\n\"\"\"\n")
+    try:
+        r = run_inferd(["--config", path])
+    finally:
+        os.unlink(path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"inferd: {path}:3: [health] log_patterns: line 2 'disk critical I/O error (': "
+                        "log pattern 'I/O error (' (disk): missing closing parenthesis\n")
+
+
 def test_bad_flag_exits_2_naming_it():
     r = run_inferd(["--max-num-seqs", "many"])
     assert r.returncode == 2

@@ -327,6 +327,19 @@ target = "journald"
     CHECK(config_error("[health]\nwatchdog = 1\n") == "x.toml:2: [health] watchdog: unknown key");
   }
 
+  TEST_CASE("config: [health] log_patterns errors name the file, line and key, and the pattern's line") {
+    const Config c = parse_config_toml("[health]\nlog_patterns = \"\"\"\ndisk critical I/O error .*\n\ngpu warn Xid [0-9]+\n\"\"\"\n",
+                                       "x.toml");
+    CHECK(c.health.log_patterns == "disk critical I/O error .*\n\ngpu warn Xid [0-9]+\n");
+    CHECK(config_error("[health]\nlog_patterns = \"disk critical I/O error (\"\n") ==
+          "x.toml:2: [health] log_patterns: line 1 'disk critical I/O error (': log pattern 'I/O error (' (disk): "
+          "missing closing parenthesis");
+    CHECK(config_error("[health]\n\nlog_patterns = \"\"\"\ngpu warn Xid\ndisk fatal oops\n\"\"\"\n") ==
+          "x.toml:3: [health] log_patterns: line 2 'disk fatal oops': level must be warn, shed or critical, got 'fatal'");
+    CHECK(config_error("[health]\nlog_patterns = \"disk critical\"\n") ==
+          "x.toml:2: [health] log_patterns: line 1 'disk critical': each line is 'category level regex'");
+  }
+
   TEST_CASE("config: the step deadline's old watchdog_* keys and --watchdog-floor still work, with a warning") {
     Config c = parse_config_toml("[health]\nwatchdog_interval_ms = 40\nwatchdog_floor_s = 2.5\n"
                                  "watchdog_p99_factor = 4\n",
