@@ -203,6 +203,8 @@ const std::vector<Key>& keys() {
               "tokens per KV cache block", power_of_two),
       bool_key("engine", "enable_prefix_caching", "enable-prefix-caching", &C::engine,
                &EngineConfig::enable_prefix_caching, "reuse KV blocks of shared prompt prefixes"),
+      float_key("engine", "load_timeout_s", "load-timeout", &C::engine, &EngineConfig::load_timeout_s, 0, 604800,
+                "seconds the model load may take before inferd exits 1; 0: max(60, file size / 50 MB/s)"),
       gpu_memory_utilization_key(),
       int_key("engine", "tensor_parallel_size", "tensor-parallel-size", &C::engine, &EngineConfig::tensor_parallel_size,
               1, 1024, "ranks a model is split across"),

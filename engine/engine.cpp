@@ -52,6 +52,14 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
     progress(last);
   };
   model_ = load_model(*file_, *backend_, precision_, progress);
+  // Fault point "load.stall=MS": the load hangs here for MS ms (default an hour),
+  // as one stuck on a hung disk or driver would.
+  static const faults::FaultPoint load_stall("load.stall");
+  if (load_stall.armed()) {
+    const auto ms = load_stall.int_value(3600 * 1000);
+    spdlog::warn("fault point load.stall: the load hangs for {} ms", ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
   stage("tokenizer");
   tokenizer_ = Tokenizer::from_gguf(*file_);
   chat_ = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*file_, *tokenizer_));

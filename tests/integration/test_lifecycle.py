@@ -63,6 +63,20 @@ def test_bad_flag_exits_2_naming_it():
     assert r.stderr == "inferd: --no-such-flag: unknown flag (see --help)\n"
 
 
+def test_wedged_load_ends_at_load_timeout():
+    """A load that hangs (fault point load.stall) fails at [engine] load_timeout_s, exit 1."""
+    port = free_port()
+    start = time.monotonic()
+    r = run_inferd(["--host", "127.0.0.1", "--port", str(port), "--load-timeout", "2", "--no-warmup"],
+                   env={"INFERD_FAULTS": "load.stall=600000"}, timeout=120)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 1, r.stderr
+    assert "fault point load.stall: the load hangs for 600000 ms" in r.stderr
+    assert "the model load did not finish within 2 s ([engine] load_timeout_s); giving up" in r.stderr
+    assert "Loading -> Failed" in r.stderr
+    assert elapsed < 60, elapsed
+
+
 def test_missing_model_fails_naming_the_path(tmp_path):
     missing = tmp_path / "nowhere" / "model.gguf"
     port = free_port()

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
+#include "daemon/daemon.hpp"
 #include "test_paths.hpp"
 
 using namespace inferd::daemon;
@@ -338,6 +339,24 @@ target = "journald"
           "x.toml:3: [health] log_patterns: line 2 'disk fatal oops': level must be warn, shed or critical, got 'fatal'");
     CHECK(config_error("[health]\nlog_patterns = \"disk critical\"\n") ==
           "x.toml:2: [health] log_patterns: line 1 'disk critical': each line is 'category level regex'");
+  }
+
+  TEST_CASE("config: [engine] load_timeout_s and --load-timeout; 0 scales with the model file's size") {
+    CHECK(parse_config_toml("[engine]\nload_timeout_s = 90\n", "x.toml").engine.load_timeout_s == 90.0);
+    CHECK(load_config(cmdline({"--load-timeout", "2.5"})).engine.load_timeout_s == 2.5);
+    CHECK(config_error("[engine]\nload_timeout_s = -1\n") ==
+          "x.toml:2: [engine] load_timeout_s: must be between 0 and 604800, got -1");
+    Config c;
+    c.engine.load_timeout_s = 7;
+    CHECK(load_timeout_s(c) == 7.0);
+    c.engine.load_timeout_s = 0;
+    c.model.path = "/nonexistent/model.gguf";
+    CHECK(load_timeout_s(c) == 60.0);  // unknown size: the floor
+    const TempFile small("");
+    c.model.path = small.path.string();
+    CHECK(load_timeout_s(c) == 60.0);
+    std::filesystem::resize_file(small.path, 10'000'000'000);  // sparse: 10 GB at 50 MB/s
+    CHECK(load_timeout_s(c) == doctest::Approx(200.0));
   }
 
   TEST_CASE("config: the step deadline's old watchdog_* keys and --watchdog-floor still work, with a warning") {
