@@ -19,6 +19,7 @@
 #include <variant>
 
 #include "faults/fault_points.hpp"
+#include "daemon/monitor_settings.hpp"
 #include "kernels/backend_factory.hpp"
 
 namespace inferd::daemon {
@@ -156,6 +157,17 @@ std::string model_path(std::string& s) {
   return {};
 }
 
+// Checked when the file is read, so a bad pattern is a configuration error
+// naming its place, not a failure once the supervisor starts.
+std::string log_patterns(std::string& s) {
+  try {
+    parse_log_patterns(s);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
+
 std::string device_name(std::string& s) { return kernels::device_error(s); }
 
 std::string log_level(std::string& s) {
@@ -228,6 +240,8 @@ const std::vector<Key>& keys() {
               "tokens per KV cache block", power_of_two),
       bool_key("engine", "enable_prefix_caching", "enable-prefix-caching", &C::engine,
                &EngineConfig::enable_prefix_caching, "reuse KV blocks of shared prompt prefixes"),
+      float_key("engine", "load_timeout_s", "load-timeout", &C::engine, &EngineConfig::load_timeout_s, 0, 604800,
+                "seconds the model load may take before inferd exits 1; 0: max(60, file size / 50 MB/s)"),
       gpu_memory_utilization_key(),
       int_key("engine", "tensor_parallel_size", "tensor-parallel-size", &C::engine, &EngineConfig::tensor_parallel_size,
               1, 1024, "ranks a model is split across"),
@@ -272,7 +286,7 @@ const std::vector<Key>& keys() {
       string_key("health", "procfs_root", "procfs-root", &C::health, &HealthConfig::procfs_root,
                  "where /proc is read from", not_empty),
       bool_key("health", "capture_stderr", "", &C::health, &HealthConfig::capture_stderr, ""),
-      string_key("health", "log_patterns", "", &C::health, &HealthConfig::log_patterns, ""),
+      string_key("health", "log_patterns", "", &C::health, &HealthConfig::log_patterns, "", log_patterns),
       float_key("health", "probe_interval_s", "probe-interval", &C::health, &HealthConfig::probe_interval_s, 0, 86400,
                 "seconds between generation probes; 0: on demand only"),
       int_key("health", "probe_budget_ms", "", &C::health, &HealthConfig::probe_budget_ms, 10, 3600000, ""),

@@ -62,6 +62,7 @@ struct EngineConfig {
   int max_waiting = 256;  // queued requests beyond this answer 429
   int block_size = 16;
   bool enable_prefix_caching = true;
+  double load_timeout_s = 0;  // the longest Loading may take; 0: by the model file's size (load_timeout())
   double gpu_memory_utilization = 0.9;
   int tensor_parallel_size = 1;
   bool operator==(const EngineConfig&) const = default;

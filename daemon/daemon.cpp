@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <stdexcept>
 
 #include <boost/asio/post.hpp>
@@ -29,9 +31,14 @@ constexpr auto kTickPeriod = 100ms;
 // A supervisor loop that has not ticked for this long is reported stalled by /health/live.
 constexpr auto kLoopStalledAfter = 5s;
 // While Loading and Warming, systemd's start timeout is pushed this far ahead,
-// renewed every kExtendPeriod; a wedged load stops renewing (see extend_start_timeout).
+// renewed every kExtendPeriod while the heartbeat is healthy (see
+// extend_start_timeout). In Loading the supervisor loop beats the heartbeat
+// itself, so a wedged load is ended by the load deadline instead.
 constexpr auto kExtendBy = 30s;
 constexpr auto kExtendPeriod = 10s;
+// The default load deadline: the model file read at this rate, but never less than kMinLoadTimeoutS.
+constexpr double kLoadBytesPerSecond = 50e6;
+constexpr double kMinLoadTimeoutS = 60;
 // How often a drain checks for requests still in flight.
 constexpr auto kDrainPoll = 20ms;
 // How long answers that end requests with an error get to reach their clients
@@ -55,12 +62,20 @@ HttpServerOptions http_options(const ServerConfig& s) {
 
 }  // namespace
 
+double load_timeout_s(const Config& cfg) {
+  if (cfg.engine.load_timeout_s > 0) return cfg.engine.load_timeout_s;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(cfg.model.path, ec);
+  return std::max(kMinLoadTimeoutS, ec ? 0.0 : static_cast<double>(size) / kLoadBytesPerSecond);
+}
+
 Daemon::Daemon(Config config, CommandLine cmd)
     : config_(std::move(config)),
       cmd_(std::move(cmd)),
       signals_(io_, SIGTERM, SIGINT, SIGHUP),
       tick_timer_(io_),
       extend_timer_(io_),
+      load_timer_(io_),
       watchdog_timer_(io_),
       drain_timer_(io_) {
   last_tick_ = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -170,6 +185,10 @@ int Daemon::run() {
   }
 
   lifecycle_.transition(State::Loading, fmt::format("model {}", config_.model.path));
+  const double load_limit = load_timeout_s(config_);
+  load_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(load_limit)));
+  load_timer_.async_wait([this, load_limit](auto ec) { if (!ec) load_deadline_passed(load_limit); });
   startup_ = std::thread([this] { start_up(); });
 
   tick();
@@ -184,9 +203,10 @@ int Daemon::run() {
   io_.run();
 
   // A failed daemon does not wait for start-up work that may be wedged (a load
-  // that never returns): the caller exits at once (see main.cpp).
+  // past its deadline, stuck in a hung disk or a driver call): the caller exits
+  // at once (see main.cpp).
   if (startup_.joinable()) {
-    if (exit_code_.load() != 0) startup_.detach();
+    if (exit_code_.load() != 0 || load_timed_out_) startup_.detach();
     else startup_.join();
   }
   if (http_) http_->stop();
@@ -330,6 +350,14 @@ void Daemon::extend_start_timeout() {
   if ((s == State::Loading || s == State::Warming) && heartbeat_.healthy(kExtendBy)) notifier_.extend_timeout(kExtendBy);
   extend_timer_.expires_after(kExtendPeriod);
   extend_timer_.async_wait([this](auto ec) { if (!ec) extend_start_timeout(); });
+}
+
+// Still Loading at the deadline: fail (exit 1), so that systemd restarts inferd
+// rather than extending its start timeout for ever.
+void Daemon::load_deadline_passed(double limit_s) {
+  if (lifecycle_.state() != State::Loading) return;
+  load_timed_out_ = true;
+  fail(fmt::format("the model load did not finish within {:g} s ([engine] load_timeout_s); giving up", limit_s));
 }
 
 // systemd hears WATCHDOG=1 only while this loop runs and the engine's step

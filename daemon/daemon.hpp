@@ -29,6 +29,10 @@ namespace inferd::daemon {
 
 class HttpServer;
 
+// The longest Loading may take, in seconds: [engine] load_timeout_s, or when it
+// is 0, max(60, the model file's size / 50 MB/s) (60 when the size is unknown).
+double load_timeout_s(const Config& cfg);
+
 class Daemon {
  public:
   using Hook = std::function<void(Daemon&)>;
@@ -56,7 +60,8 @@ class Daemon {
   // while the step is younger than the longer of it and WATCHDOG_USEC.
   void set_step_deadline(std::function<std::chrono::nanoseconds()> deadline);
 
-  // Runs until Stopped (returns 0) or Failed (returns 1).
+  // Runs until Stopped (returns 0) or Failed (returns 1). Loading that outlasts
+  // load_timeout_s() fails; the start-up thread, stuck in it, is left behind.
   int run();
 
   // Thread-safe. Drain and stop, as SIGTERM does.
@@ -97,6 +102,7 @@ class Daemon {
   void tick();
   bool loop_alive() const;
   void extend_start_timeout();
+  void load_deadline_passed(double limit_s);
   void watchdog_tick();
 
   Config config_;
@@ -117,6 +123,7 @@ class Daemon {
   boost::asio::steady_timer tick_timer_;
   std::atomic<std::chrono::steady_clock::rep> last_tick_{0};
   boost::asio::steady_timer extend_timer_;
+  boost::asio::steady_timer load_timer_;
   boost::asio::steady_timer watchdog_timer_;
   boost::asio::steady_timer drain_timer_;
   std::chrono::steady_clock::time_point drain_deadline_;
@@ -125,6 +132,7 @@ class Daemon {
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_sent_{false};
+  std::atomic<bool> load_timed_out_{false};
   std::atomic<int> exit_code_{0};
   bool watchdog_healthy_ = true;  // last verdict, to log only its changes
   Counter* watchdog_pings_ = nullptr;

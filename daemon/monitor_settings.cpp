@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 namespace inferd::daemon {
@@ -14,21 +15,16 @@ health::Level parse_level(const std::string& s) {
   if (s == "warn") return health::Level::Warn;
   if (s == "shed") return health::Level::Shed;
   if (s == "critical") return health::Level::Critical;
-  throw ConfigError("[health] log_patterns: level must be warn, shed or critical, got '" + s + "'");
+  throw std::invalid_argument("level must be warn, shed or critical, got '" + s + "'");
 }
 
-// The defaults plus one "category level regex" per line of [health] log_patterns.
+// The defaults plus the [health] log_patterns lines.
 health::LogScannerOptions scanner_options(const HealthConfig& h) {
   health::LogScannerOptions o;
-  std::istringstream lines(h.log_patterns);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream words(line);
-    std::string category, level, regex;
-    if (!(words >> category)) continue;
-    if (!(words >> level) || !std::getline(words >> std::ws, regex) || regex.empty())
-      throw ConfigError("[health] log_patterns: each line is 'category level regex', got '" + line + "'");
-    o.patterns.push_back({category, regex, parse_level(level)});
+  try {
+    for (auto& p : parse_log_patterns(h.log_patterns)) o.patterns.push_back(std::move(p));
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("[health] log_patterns: ") + e.what());
   }
   return o;
 }
@@ -55,6 +51,27 @@ MonitorIntervals intervals(const HealthConfig& h) {
 }
 
 }  // namespace
+
+std::vector<health::LogPattern> parse_log_patterns(const std::string& text) {
+  std::vector<health::LogPattern> out;
+  std::istringstream lines(text);
+  std::string line;
+  for (int n = 1; std::getline(lines, line); ++n) {
+    std::istringstream words(line);
+    std::string category, level, regex;
+    if (!(words >> category)) continue;
+    const std::string where = "line " + std::to_string(n) + " '" + line + "': ";
+    if (!(words >> level) || !std::getline(words >> std::ws, regex) || regex.empty())
+      throw std::invalid_argument(where + "each line is 'category level regex'");
+    try {
+      out.push_back({category, regex, parse_level(level)});
+      health::LogScanner check({.patterns = {out.back()}});  // compiles the regex, as the scanner will
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + e.what());
+    }
+  }
+  return out;
+}
 
 MonitorSettings monitor_settings(const HealthConfig& h) {
   return {.scanner = scanner_options(h),

@@ -2,6 +2,8 @@
 // one translation, so the sampling code sees settings, not configuration keys.
 #pragma once
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "daemon/config.hpp"
 #include "health/generation_probe.hpp"
@@ -31,7 +33,12 @@ struct MonitorSettings {
   MonitorIntervals every;
 };
 
-// Throws ConfigError for a log_patterns line that is not "category level regex".
+// Throws ConfigError for a log_patterns line parse_log_patterns refuses.
 MonitorSettings monitor_settings(const HealthConfig& h);
+
+// The "category level regex" lines of [health] log_patterns (blank lines
+// skipped), each regex compiled once to check it. Throws std::invalid_argument
+// naming the line (counted from 1 within the value) and what is wrong with it.
+std::vector<health::LogPattern> parse_log_patterns(const std::string& text);
 
 }  // namespace inferd::daemon

@@ -317,13 +317,13 @@ void generate(ApiContext& api, Api kind, const Request& req, const std::shared_p
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo;
   if (kind == Api::Chat) {
-    std::string text;
+    // Special tokens are parsed in the template's own text only: what a client
+    // writes in a message is text, never a control token.
     try {
-      text = eng->chat_template().apply(g.messages, g.add_generation_prompt);
+      prompts.push_back(eng->chat_template().encode(tok, g.messages, g.add_generation_prompt, g.add_special_tokens));
     } catch (const engine::ChatTemplateError& e) {
       throw HttpError(400, e.what(), {}, "messages");
     }
-    prompts.push_back(tok.encode(text, g.add_special_tokens, /*parse_special=*/true));
   } else {
     for (size_t p = 0; p < g.prompts.size(); ++p) {
       const auto& prompt = g.prompts[p];
@@ -362,17 +362,16 @@ void tokenize(ApiContext& api, const Request& req, const std::shared_ptr<Respond
   const openai::TokenizeRequest t = openai::parse_tokenize_request(parse_json_object(req.body));
   api.check_model(t.model);
   const auto eng = api.loaded_engine();
-  std::string text;
+  std::vector<int32_t> ids;
   if (t.prompt) {
-    text = *t.prompt;
+    ids = eng->tokenizer().encode(*t.prompt, t.add_special_tokens, /*parse_special=*/true);
   } else {
-    try {
-      text = eng->chat_template().apply(t.messages, t.add_generation_prompt);
+    try {  // as a chat request tokenizes them
+      ids = eng->chat_template().encode(eng->tokenizer(), t.messages, t.add_generation_prompt, t.add_special_tokens);
     } catch (const engine::ChatTemplateError& e) {
       throw HttpError(400, e.what(), {}, "messages");
     }
   }
-  const auto ids = eng->tokenizer().encode(text, t.add_special_tokens, /*parse_special=*/true);
   out->send(Response::json(200, json::serialize(openai::tokenize_response(ids, eng->max_model_len()))));
 }
 

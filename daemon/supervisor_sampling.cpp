@@ -85,6 +85,8 @@ void HealthSampler::wait_for_pressure(std::function<void()> on_pressure) {
   }
 }
 
+// On the thread that made the transition to Serving, not the supervisor's: each
+// of these may be called while the supervisor thread samples the same monitor.
 void HealthSampler::take_baselines() {
   meminfo_.capture_baseline();
   process_.capture_baseline();

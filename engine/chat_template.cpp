@@ -78,31 +78,50 @@ ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, const Tokenizer& toke
   return ChatTemplate(Family::Plain, {}, std::move(bos));
 }
 
-std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+ChatPrompt ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
   check_roles(messages);
-  std::string out;
+  ChatPrompt p;
+  std::string& out = p.text;
+  auto content = [&](std::string_view text) {
+    p.content.push_back({out.size(), out.size() + text.size()});
+    out += text;
+  };
   switch (family_) {
     case Family::ChatML:
       if (!messages.empty() && messages[0].role != "system" && !default_system_.empty())
         out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-      for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      for (const ChatMessage& m : messages) {
+        out += "<|im_start|>" + m.role + "\n";
+        content(m.content);
+        out += "<|im_end|>\n";
+      }
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       break;
     case Family::Llama3:
       if (!messages.empty()) out += bos_text_;
       for (const ChatMessage& m : messages) {
         out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
-        out += trim(m.content);
+        content(trim(m.content));
         out += "<|eot_id|>";
       }
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case Family::Plain:
-      for (const ChatMessage& m : messages) out += m.role + ": " + m.content + "\n";
+      for (const ChatMessage& m : messages) {
+        out += m.role + ": ";
+        content(m.content);
+        out += "\n";
+      }
       if (add_generation_prompt) out += "assistant:";
       break;
   }
-  return out;
+  return p;
+}
+
+std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                          bool add_generation_prompt, bool add_special) const {
+  const ChatPrompt p = render(messages, add_generation_prompt);
+  return tokenizer.encode(p.text, add_special, p.content);
 }
 
 std::string_view to_string(ChatTemplate::Family family) {

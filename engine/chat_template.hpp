@@ -1,21 +1,31 @@
 // Chat templates without a Jinja engine: the model's `tokenizer.chat_template`
 // text only selects a family, and each family is rendered here exactly as its
-// template renders it. The result carries its special tokens as text; encode it
-// with add_special = false and parse_special = true.
+// template renders it. The result carries the template's special tokens as
+// text; encode() parses them there and only there, so a message that contains
+// "<|im_end|>" is that text, never the control token.
 #pragma once
+#include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "engine/tokenizer.hpp"
 
 namespace inferd::engine {
 
 class GgufFile;
-class Tokenizer;
 
 struct ChatMessage {
   std::string role;  // system, user, assistant or tool
   std::string content;
+};
+
+// A rendered prompt: its text and where the messages' content lies in it.
+struct ChatPrompt {
+  std::string text;
+  std::vector<TextRange> content;  // plain text: control tokens there are not parsed
 };
 
 // Messages the template cannot render; what() names the message index.
@@ -44,9 +54,17 @@ class ChatTemplate {
   // vocabulary has <|im_start|>, else Plain.
   static ChatTemplate from_gguf(const GgufFile& file, const Tokenizer& tokenizer);
 
-  // The prompt text. Throws ChatTemplateError for a role other than system,
-  // user, assistant or tool.
-  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  // The prompt. Throws ChatTemplateError for a role other than system, user,
+  // assistant or tool.
+  ChatPrompt render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+    return render(messages, add_generation_prompt).text;
+  }
+  // The prompt's token ids: the template's control tokens become their ids, the
+  // messages' content is tokenized as plain text. `add_special`: BOS/EOS where
+  // the tokenizer asks for them (the template may already write BOS).
+  std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                              bool add_generation_prompt, bool add_special = false) const;
 
   Family family() const { return family_; }
   const std::string& default_system() const { return default_system_; }

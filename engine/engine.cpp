@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/chat_template.hpp"
 #include "engine/executor.hpp"
@@ -52,10 +53,30 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
     progress(last);
   };
   model_ = load_model(*file_, *backend_, precision_, progress);
+  // Fault point "load.stall=MS": the load hangs here for MS ms (default an hour),
+  // as one stuck on a hung disk or driver would.
+  static const faults::FaultPoint load_stall("load.stall");
+  if (load_stall.armed()) {
+    const auto ms = load_stall.int_value(3600 * 1000);
+    spdlog::warn("fault point load.stall: the load hangs for {} ms", ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
   stage("tokenizer");
   tokenizer_ = Tokenizer::from_gguf(*file_);
   chat_ = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*file_, *tokenizer_));
   const auto& mc = model_->config();
+  // Models often pad their embedding and output past the tokenizer's last token
+  // (to a multiple of 64 or 128): those ids have no text and are masked out of
+  // sampling. The other way round the tokenizer would name ids the model cannot
+  // produce or read, so the file is refused.
+  n_tokens_ = static_cast<int>(tokenizer_->vocab_size());
+  if (n_tokens_ > mc.vocab)
+    throw std::invalid_argument(file_->path() + ": the tokenizer has " + std::to_string(n_tokens_) +
+                                " tokens (tokenizer.ggml.tokens) but the model has only " + std::to_string(mc.vocab) +
+                                " (rows of its embedding and output): the tokenizer does not belong to these weights");
+  if (n_tokens_ < mc.vocab)
+    spdlog::info("engine: the model outputs {} ids, the tokenizer has {} tokens; the {} padding ids are never sampled",
+                 mc.vocab, n_tokens_, mc.vocab - n_tokens_);
   if (opts_.max_model_len > mc.max_context)
     throw std::invalid_argument("max_model_len " + std::to_string(opts_.max_model_len) +
                                 " exceeds the model's trained context of " + std::to_string(mc.max_context) + " tokens");
@@ -119,7 +140,7 @@ std::unique_ptr<Engine::Live> Engine::make_live(GenerationRequest req) {
   const int n = static_cast<int>(req.prompt.size());
   if (n == 0) throw InvalidRequest("prompt", "the prompt is empty");
   for (int32_t t : req.prompt)
-    if (t < 0 || t >= model_->config().vocab)
+    if (t < 0 || t >= n_tokens_)
       throw InvalidRequest("prompt", "token id " + std::to_string(t) + " is out of range");
   if (n >= max_model_len_)
     throw InvalidRequest("prompt", "the prompt has " + std::to_string(n) + " tokens; this model's maximum context length is " +
@@ -372,6 +393,7 @@ void Engine::step() {
       r.cached_tokens = v.cached_tokens;
     }
     std::span<float> row(logits_.data() + sampled.size() * vocab, vocab);
+    std::fill(row.begin() + n_tokens_, row.end(), -std::numeric_limits<float>::infinity());  // padding ids
     results.push_back(r.sampler.sample(row, v.tokens, v.tokens.subspan(v.n_prompt)));
     sampled.push_back({s.seq, results.back().token});
   }

@@ -198,6 +198,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
   int max_model_len_ = 0;
+  int n_tokens_ = 0;  // the tokenizer's; ids from here to the model's vocab are padding
   Precision precision_ = Precision::Fast;
   std::atomic<uint64_t> next_id_{1};
 

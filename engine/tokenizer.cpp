@@ -252,6 +252,22 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return encode(text, add_special, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
+                                       std::span<const TextRange> plain) const {
+  return encode(text, add_special, true, plain);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                       std::span<const TextRange> plain) const {
+  // Whether a control token found at [at, at + n) of the text lies in plain text.
+  auto in_plain = [&](size_t at, size_t n) {
+    for (const TextRange& r : plain)
+      if (at < r.end && r.begin < at + n) return true;
+    return false;
+  };
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
@@ -276,10 +292,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
         next.push_back(f);
         continue;
       }
-      size_t start = 0;
-      for (size_t at; (at = f.text.find(s, start)) != std::string_view::npos; start = at + s.size()) {
+      size_t start = 0;  // of the text not yet cut off
+      for (size_t from = 0, at; (at = f.text.find(s, from)) != std::string_view::npos;) {
+        const size_t offset = static_cast<size_t>(f.text.data() - text.data()) + at;
+        if (t != TokenType::UserDefined && in_plain(offset, s.size())) {
+          from = at + 1;  // stays text
+          continue;
+        }
         if (at > start) next.push_back({f.text.substr(start, at - start), -1});
         next.push_back({{}, sid});
+        start = from = at + s.size();
       }
       if (start < f.text.size()) next.push_back({f.text.substr(start), -1});
     }

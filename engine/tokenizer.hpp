@@ -31,6 +31,11 @@ enum class TokenType : int32_t {
   Byte = 6,         // <0xAB>
 };
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0, end = 0;
+};
+
 // Everything a tokenizer is built from; GGUF metadata or hand-made in tests.
 struct TokenizerSpec {
   std::vector<std::string> tokens;   // byte-level text, e.g. "Ġworld"
@@ -60,6 +65,10 @@ class Tokenizer {
   // are dropped (both as llama.cpp does), so decode(encode(x)) == x holds for
   // well-formed text the vocabulary can spell.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // As encode(text, add_special, true), except inside the `plain` byte ranges of
+  // the text: there control tokens are ordinary text, as with parse_special =
+  // false. A chat prompt's message content is such a range (ChatTemplate::encode).
+  std::vector<int32_t> encode(std::string_view text, bool add_special, std::span<const TextRange> plain) const;
 
   // The bytes the ids stand for (possibly cut inside a UTF-8 character when the
   // ids are; IncrementalDetokenizer handles that). `skip_special` drops control
@@ -88,6 +97,8 @@ class Tokenizer {
   };
 
   void check_id(int32_t id) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                              std::span<const TextRange> plain) const;
   void encode_text(std::string_view text, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   std::vector<int32_t> bpe(std::string_view piece) const;

@@ -21,17 +21,21 @@ uint64_t MemFloor::resolve(uint64_t mem_total) const {
 MeminfoMonitor::MeminfoMonitor(MeminfoOptions options, Procfs procfs)
     : options_(options), procfs_(std::move(procfs)) {}
 
+std::optional<uint64_t> MeminfoMonitor::baseline() const {
+  const uint64_t b = baseline_.load();
+  return b ? std::optional<uint64_t>(b) : std::nullopt;
+}
+
 MeminfoObservation MeminfoMonitor::sample() {
   MeminfoObservation obs;
   obs.signal.monitor = "meminfo";
-  obs.baseline = baseline_;
+  obs.baseline = baseline();
   const auto text = procfs_.read("meminfo");
   const auto total = text ? colon_field(*text, "MemTotal") : std::nullopt;
   const auto avail = text ? colon_field(*text, "MemAvailable") : std::nullopt;
   if (!total || !avail || *total == 0) {
     obs.signal.reason = "MemTotal/MemAvailable unavailable (" + procfs_.path("meminfo").string() + ")";
-    if (!reported_unavailable_) spdlog::warn("meminfo: {}", obs.signal.reason);
-    reported_unavailable_ = true;
+    if (!reported_unavailable_.exchange(true)) spdlog::warn("meminfo: {}", obs.signal.reason);
     return obs;
   }
   reported_unavailable_ = false;
@@ -56,15 +60,15 @@ MeminfoObservation MeminfoMonitor::sample() {
       break;
     }
   }
-  if (baseline_ && *baseline_ > 0 && obs.mem_available < *baseline_) {
-    const double drop = static_cast<double>(*baseline_ - obs.mem_available) / static_cast<double>(*baseline_);
+  if (const uint64_t base = obs.baseline.value_or(0); base > 0 && obs.mem_available < base) {
+    const double drop = static_cast<double>(base - obs.mem_available) / static_cast<double>(base);
     const Level level = options_.relative_shed > 0 && drop >= options_.relative_shed   ? Level::Shed
                         : options_.relative_warn > 0 && drop >= options_.relative_warn ? Level::Warn
                                                                                        : Level::Ok;
     if (level > s.level) {
       s.level = level;
       s.reason = fmt::format("MemAvailable {} is {:.0f}% below the baseline {}", gib(obs.mem_available), drop * 100,
-                             gib(*baseline_));
+                             gib(base));
     }
   }
   return obs;
@@ -72,7 +76,7 @@ MeminfoObservation MeminfoMonitor::sample() {
 
 bool MeminfoMonitor::capture_baseline() {
   const MeminfoObservation obs = sample();
-  if (!obs.available) return false;
+  if (!obs.available || obs.mem_available == 0) return false;
   baseline_ = obs.mem_available;
   return true;
 }

@@ -1,6 +1,7 @@
 // Memory headroom from meminfo: MemAvailable against absolute floors that scale
 // with the machine, and against a baseline taken once the engine is warm.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <optional>
 
@@ -35,7 +36,9 @@ struct MeminfoObservation {
   Signal signal;
 };
 
-// Used from one thread (the supervisor's).
+// sample() runs on the supervisor's thread; capture_baseline() may run on
+// another (the one that opens the warm-up gate) at the same time: the state both
+// touch is atomic.
 class MeminfoMonitor {
  public:
   explicit MeminfoMonitor(MeminfoOptions options = {}, Procfs procfs = Procfs{});
@@ -43,7 +46,7 @@ class MeminfoMonitor {
   MeminfoObservation sample();
   // Takes MemAvailable now as the baseline (after warm-up); false when unreadable.
   bool capture_baseline();
-  std::optional<uint64_t> baseline() const { return baseline_; }
+  std::optional<uint64_t> baseline() const;
   // Whether taking `bytes` more still leaves MemAvailable at or above the shed
   // floor, for refusing to start. True when meminfo cannot be read: the
   // monitor reports unavailable instead of blocking start-up on a guess.
@@ -52,8 +55,8 @@ class MeminfoMonitor {
  private:
   MeminfoOptions options_;
   Procfs procfs_;
-  std::optional<uint64_t> baseline_;
-  bool reported_unavailable_ = false;
+  std::atomic<uint64_t> baseline_{0};  // MemAvailable bytes; 0: none taken
+  std::atomic<bool> reported_unavailable_{false};
 };
 
 }  // namespace inferd::health

@@ -2,6 +2,7 @@
 // descriptors and threads. RSS growing well past its post-warm-up baseline is
 // a leak to look at before it becomes memory pressure.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <optional>
 
@@ -26,7 +27,9 @@ struct ProcessObservation {
   Signal signal;
 };
 
-// Used from one thread (the supervisor's).
+// sample() runs on the supervisor's thread; capture_baseline() may run on
+// another (the one that opens the warm-up gate) at the same time: the state both
+// touch is atomic.
 class ProcessMonitor {
  public:
   explicit ProcessMonitor(ProcessOptions options = {}, Procfs procfs = Procfs{});
@@ -34,13 +37,13 @@ class ProcessMonitor {
   ProcessObservation sample();
   // Takes RSS now as the baseline (after warm-up); false when unreadable.
   bool capture_baseline();
-  std::optional<uint64_t> baseline_rss() const { return baseline_; }
+  std::optional<uint64_t> baseline_rss() const;
 
  private:
   ProcessOptions options_;
   Procfs procfs_;
-  std::optional<uint64_t> baseline_;
-  bool reported_unavailable_ = false;
+  std::atomic<uint64_t> baseline_{0};  // RSS bytes; 0: none taken
+  std::atomic<bool> reported_unavailable_{false};
 };
 
 }  // namespace inferd::health

@@ -24,15 +24,15 @@ int cmd_generate(const Args& args) {
   opts.max_model_len = args.get_int("max-model-len", 0);
   engine::Engine eng(opts);
 
-  std::string text = args.get("prompt", "");
-  if (args.has("chat")) {
-    const engine::ChatMessage msg{"user", text};
-    text = eng.chat_template().apply(std::span(&msg, 1), true);
-  }
+  const std::string text = args.get("prompt", "");
   engine::GenerationRequest req;
   req.id = "generate";
-  // The rendered template already holds its special tokens as text.
-  req.prompt = eng.tokenizer().encode(text, /*add_special=*/!args.has("chat"), /*parse_special=*/true);
+  if (args.has("chat")) {  // the message is plain text; the template writes the special tokens
+    const engine::ChatMessage msg{"user", text};
+    req.prompt = eng.chat_template().encode(eng.tokenizer(), std::span(&msg, 1), true);
+  } else {
+    req.prompt = eng.tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
+  }
   req.max_tokens = args.get_int("max-tokens", 64);
   req.ignore_eos = args.has("ignore-eos");
   req.sampling.temperature = float(args.get_double("temperature", 0.0));

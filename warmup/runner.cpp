@@ -158,6 +158,9 @@ Report run_plan(engine::Engine& eng, const Plan& plan, const std::vector<kernels
                 const WarmupOptions& opts, const Progress& progress, const std::function<bool()>& stopping) {
   Report report;
   const auto start = Clock::now();
+  // Coverage is this run's alone: keys touched by an earlier run (a failed
+  // attempt, the start-up warm-up before a re-warm) must not open the gate.
+  kernels::ShapeRegistry::global().clear();
   const PromptMaker prompts(eng.tokenizer());
   for (size_t i = 0; i < plan.phases.size(); ++i) {
     report.phases.push_back(run_phase(eng, prompts, static_cast<int>(i), plan.phases[i], opts, progress, stopping));

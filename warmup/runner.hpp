@@ -1,7 +1,8 @@
 // Runs a warm-up plan through the engine's own request path (submit: scheduler,
 // sampling, detokenization) and judges it: every request must finish with exactly
 // the tokens asked for, every phase within its timeout, and every reachable shape
-// key must have been touched. Re-runnable: each run's prompts are new, so the
+// key must have been touched by this run (run_plan clears the global shape
+// registry's touched set first). Re-runnable: each run's prompts are new, so the
 // prefix cache cannot skip the work.
 #pragma once
 #include <atomic>

@@ -45,6 +45,17 @@ def test_config_error_exits_2_with_one_line():
     assert r.stderr == f"inferd: {path}:4: [engine] max_num_seqs: must be between 1 and 4096, got 0\n"
 
 
+def test_bad_log_pattern_exits_2_naming_file_line_and_key():
+    path = write_config("[health]\nenable = true\nlog_patterns = \"\"\"\ngpu warn Xid [0-9]+\ndisk critical I/O error (\n\"\"\"\n")
+    try:
+        r = run_inferd(["--config", path])
+    finally:
+        os.unlink(path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"inferd: {path}:3: [health] log_patterns: line 2 'disk critical I/O error (': "
+                        "log pattern 'I/O error (' (disk): missing closing parenthesis\n")
+
+
 def test_bad_flag_exits_2_naming_it():
     r = run_inferd(["--max-num-seqs", "many"])
     assert r.returncode == 2
@@ -52,6 +63,20 @@ def test_bad_flag_exits_2_naming_it():
     r = run_inferd(["--no-such-flag"])
     assert r.returncode == 2
     assert r.stderr == "inferd: --no-such-flag: unknown flag (see --help)\n"
+
+
+def test_wedged_load_ends_at_load_timeout():
+    """A load that hangs (fault point load.stall) fails at [engine] load_timeout_s, exit 1."""
+    port = free_port()
+    start = time.monotonic()
+    r = run_inferd(["--host", "127.0.0.1", "--port", str(port), "--load-timeout", "2", "--no-warmup"],
+                   env={"INFERD_FAULTS": "load.stall=600000"}, timeout=120)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 1, r.stderr
+    assert "fault point load.stall: the load hangs for 600000 ms" in r.stderr
+    assert "the model load did not finish within 2 s ([engine] load_timeout_s); giving up" in r.stderr
+    assert "Loading -> Failed" in r.stderr
+    assert elapsed < 60, elapsed
 
 
 def test_missing_model_fails_naming_the_path(tmp_path):

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
+#include "daemon/daemon.hpp"
 #include "test_paths.hpp"
 
 using namespace inferd::daemon;
@@ -325,6 +326,37 @@ target = "journald"
     CHECK(config_error("[warmup]\nphase_timeout_s = 0\n") ==
           "x.toml:2: [warmup] phase_timeout_s: must be between 1 and 86400, got 0");
     CHECK(config_error("[health]\nwatchdog = 1\n") == "x.toml:2: [health] watchdog: unknown key");
+  }
+
+  TEST_CASE("config: [health] log_patterns errors name the file, line and key, and the pattern's line") {
+    const Config c = parse_config_toml("[health]\nlog_patterns = \"\"\"\ndisk critical I/O error .*\n\ngpu warn Xid [0-9]+\n\"\"\"\n",
+                                       "x.toml");
+    CHECK(c.health.log_patterns == "disk critical I/O error .*\n\ngpu warn Xid [0-9]+\n");
+    CHECK(config_error("[health]\nlog_patterns = \"disk critical I/O error (\"\n") ==
+          "x.toml:2: [health] log_patterns: line 1 'disk critical I/O error (': log pattern 'I/O error (' (disk): "
+          "missing closing parenthesis");
+    CHECK(config_error("[health]\n\nlog_patterns = \"\"\"\ngpu warn Xid\ndisk fatal oops\n\"\"\"\n") ==
+          "x.toml:3: [health] log_patterns: line 2 'disk fatal oops': level must be warn, shed or critical, got 'fatal'");
+    CHECK(config_error("[health]\nlog_patterns = \"disk critical\"\n") ==
+          "x.toml:2: [health] log_patterns: line 1 'disk critical': each line is 'category level regex'");
+  }
+
+  TEST_CASE("config: [engine] load_timeout_s and --load-timeout; 0 scales with the model file's size") {
+    CHECK(parse_config_toml("[engine]\nload_timeout_s = 90\n", "x.toml").engine.load_timeout_s == 90.0);
+    CHECK(load_config(cmdline({"--load-timeout", "2.5"})).engine.load_timeout_s == 2.5);
+    CHECK(config_error("[engine]\nload_timeout_s = -1\n") ==
+          "x.toml:2: [engine] load_timeout_s: must be between 0 and 604800, got -1");
+    Config c;
+    c.engine.load_timeout_s = 7;
+    CHECK(load_timeout_s(c) == 7.0);
+    c.engine.load_timeout_s = 0;
+    c.model.path = "/nonexistent/model.gguf";
+    CHECK(load_timeout_s(c) == 60.0);  // unknown size: the floor
+    const TempFile small("");
+    c.model.path = small.path.string();
+    CHECK(load_timeout_s(c) == 60.0);
+    std::filesystem::resize_file(small.path, 10'000'000'000);  // sparse: 10 GB at 50 MB/s
+    CHECK(load_timeout_s(c) == doctest::Approx(200.0));
   }
 
   TEST_CASE("config: the step deadline's old watchdog_* keys and --watchdog-floor still work, with a warning") {

@@ -2,9 +2,11 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "health/meminfo_monitor.hpp"
 #include "health/process_monitor.hpp"
@@ -267,6 +269,31 @@ TEST_SUITE("health") {
     CHECK(real.available);
     CHECK(real.mem_total > 0);
     CHECK(real.mem_available <= real.mem_total);
+  }
+
+  TEST_CASE("health meminfo and process: a baseline taken on one thread while another samples") {
+    // The supervisor thread samples while the thread that opens the warm-up gate
+    // takes the baselines: the baselines are shared (a race ThreadSanitizer sees).
+    ReplayRoot root;
+    root.write("meminfo", meminfo(256 * GiB, 100 * GiB));
+    root.write("self/status", "VmRSS:\t  1048576 kB\nThreads:\t12\n");
+    MeminfoMonitor mem({}, root.procfs());
+    ProcessMonitor proc({}, root.procfs());
+    std::atomic<int> seen{0};
+    std::thread sampler([&] {
+      for (int i = 0; i < 100000; ++i) {
+        const bool m = mem.sample().baseline.has_value();
+        const bool p = proc.sample().baseline_rss.has_value();
+        if (m && p) seen.fetch_add(1);
+        if (seen.load() >= 3) break;
+      }
+    });
+    REQUIRE(mem.capture_baseline());
+    REQUIRE(proc.capture_baseline());
+    sampler.join();
+    CHECK(seen.load() >= 3);
+    CHECK(mem.baseline() == 100 * GiB);
+    CHECK(proc.baseline_rss() == GiB);
   }
 
   TEST_CASE("health process: RSS, threads and open fds; RSS growth over the baseline warns") {

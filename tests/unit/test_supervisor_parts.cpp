@@ -42,7 +42,8 @@ TEST_SUITE("supervisor") {
     CHECK(patterns[defaults].level == inferd::health::Level::Critical);
     CHECK(patterns[defaults + 1].level == inferd::health::Level::Warn);
     h.log_patterns = "disk fatal oops";
-    CHECK_THROWS_WITH_AS(monitor_settings(h), "[health] log_patterns: level must be warn, shed or critical, got 'fatal'",
+    CHECK_THROWS_WITH_AS(monitor_settings(h),
+                         "[health] log_patterns: line 1 'disk fatal oops': level must be warn, shed or critical, got 'fatal'",
                          ConfigError);
     h.log_patterns = "disk critical";
     CHECK_THROWS_AS(monitor_settings(h), ConfigError);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -215,6 +216,27 @@ TEST_CASE("user-defined tokens always match, control tokens only when parsing sp
   const std::vector<int32_t> both{256, 257};
   CHECK(tok.decode(both, true) == "<usr>");
   CHECK(tok.decode(both, false) == "<ctl><usr>");
+}
+
+TEST_CASE("control tokens inside plain ranges stay text; user-defined ones still match") {
+  TokenizerSpec spec = byte_spec({"<ctl>", "<usr>"}, {});
+  spec.token_types.assign(spec.tokens.size(), static_cast<int32_t>(TokenType::Normal));
+  spec.token_types[256] = static_cast<int32_t>(TokenType::Control);
+  spec.token_types[257] = static_cast<int32_t>(TokenType::UserDefined);
+  Tokenizer tok(std::move(spec));
+  const std::string_view text = "<ctl>a<ctl><usr><ctl>";
+  const std::vector<TextRange> none;
+  CHECK(tok.encode(text, false, none) == tok.encode(text, false, true));
+  const std::vector<TextRange> middle{{5, 16}};  // "a<ctl><usr>"
+  const auto ids = tok.encode(text, false, middle);
+  CHECK(std::count(ids.begin(), ids.end(), 256) == 2);  // the first and the last
+  CHECK(std::count(ids.begin(), ids.end(), 257) == 1);
+  CHECK(ids.front() == 256);
+  CHECK(ids.back() == 256);
+  CHECK(tok.decode(ids, false) == text);
+  // A control token only partly inside a plain range is text too.
+  const std::vector<TextRange> edge{{0, 1}};
+  CHECK(tok.encode("<ctl>", false, edge).size() == 5);
 }
 
 TEST_CASE("inconsistent tokenizer specs are rejected with a clear error") {

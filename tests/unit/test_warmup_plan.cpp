@@ -109,7 +109,6 @@ TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys") 
                     [](auto& k) { return k.str() == "attention.f16.ctx[kvh=3,d=64,ctx=256]"; }));
 
   auto& reg = kernels::ShapeRegistry::global();
-  reg.clear();
   warmup::WarmupOptions opts;
   opts.sustained_max_tokens = 100;
   const auto l = limits(eng.max_model_len(), o.max_num_seqs, o.max_num_batched_tokens);
@@ -123,18 +122,19 @@ TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys") 
   for (const auto& k : reachable) want.insert(k.str());
   for (const auto& [key, use] : reg.snapshot()) CHECK_MESSAGE(want.count(key.str()), key.str());
 
-  // The gate names a reachable key that was never touched.
+  // The gate names a reachable key that was never touched. This second run is
+  // not served from the prefix cache: it touches every other key again.
   auto wider = reachable;
   wider.push_back({"matmul.q4_1", "n=7,k=7,t=1"});
-  const warmup::Report gap = warmup::run_plan(eng, warmup::Plan{}, wider, opts);
+  const warmup::Report gap = warmup::run_plan(eng, plan, wider, opts);
   CHECK(!gap.passed());
+  CHECK(gap.keys_covered == reachable.size());
   CHECK(gap.missing.size() == 1);
   CHECK(gap.failure.find("1 of " + std::to_string(wider.size()) + " reachable shape keys were not touched: "
                           "matmul.q4_1[n=7,k=7,t=1]") != std::string::npos);
 
   // The least plan, as a recovery runs it, touches every key again on its own,
   // generating a fraction of the tokens.
-  reg.clear();
   const warmup::Plan least = warmup::make_plan(eng.shape_axes(), l, opts, warmup::Depth::least);
   const warmup::Report quick = warmup::run_plan(eng, least, reachable, opts);
   INFO(warmup::summarize(quick));
@@ -149,10 +149,14 @@ TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys") 
   };
   CHECK(generated(least) * 2 < generated(plan));
 
-  // A second run is not served from the prefix cache: it passes again. A run
-  // told to stop fails in its first phase.
-  CHECK(warmup::run_plan(eng, plan, reachable, opts).passed());
-  reg.clear();
+  // Coverage counts only what this run touched: a run that launches nothing
+  // after full ones covers nothing.
+  const warmup::Report idle = warmup::run_plan(eng, warmup::Plan{}, reachable, opts);
+  CHECK(!idle.passed());
+  CHECK(idle.keys_covered == 0);
+  CHECK(idle.missing.size() == reachable.size());
+
+  // A run told to stop fails in its first phase.
   const warmup::Report partial = warmup::run_plan(eng, plan, reachable, opts, {}, [] { return true; });
   CHECK(!partial.passed());
   CHECK(partial.failure.find("phase 1 ramped failed") != std::string::npos);
