@@ -104,9 +104,11 @@ StepObservation StepDeadlineMonitor::sample() const {
   // healthy() rather than comparing the age here: it honours the heartbeat.stall fault point.
   if (!heartbeat_.healthy(obs.deadline)) {
     obs.signal.level = Level::Critical;
-    obs.signal.reason =
-        fmt::format("wedge suspected: step running {:.3f} s, deadline {:.3f} s (work {}, expected {:.3f} s)",
-                    seconds(obs.step_age), seconds(obs.deadline), obs.work, seconds(obs.expected));
+    const std::string basis = obs.expected.count() == 0
+                                  ? std::string("too few steps recorded to expect one: the floor")
+                                  : fmt::format("expected {:.3f} s", seconds(obs.expected));
+    obs.signal.reason = fmt::format("wedge suspected: step running {:.3f} s, deadline {:.3f} s (work {}, {})",
+                                    seconds(obs.step_age), seconds(obs.deadline), obs.work, basis);
   } else {
     obs.signal.reason = obs.idle ? "idle" : fmt::format("step running {:.3f} s of {:.3f} s", seconds(obs.step_age),
                                                         seconds(obs.deadline));
