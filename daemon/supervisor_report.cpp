@@ -141,7 +141,7 @@ void register_supervisor_routes(HttpServer& http, const std::string& admin_key, 
   http.route("GET", "/health_generate", last_probe, health);  // SGLang's name
   route_admin(http, "POST", "/admin/probe", admin_key, [probe_now = routes.probe_now](const Request&) {
     const auto r = probe_now();
-    if (!r) throw HttpError(503, "no generation probe before the warm-up gate has opened");
+    if (!r) throw HttpError(503, "no generation probe unless inferd is Serving or Degraded");
     return Response::json(r->ok ? 200 : 503, probe_json(*r));
   });
   route_admin(http, "GET", "/admin/supervisor", admin_key, [status = routes.status](const Request&) {

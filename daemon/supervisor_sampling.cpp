@@ -138,7 +138,9 @@ void HealthSampler::probe_loop() {
 
 std::optional<health::ProbeResult> HealthSampler::probe_now() {
   auto eng = engines_.engine();
-  if (!eng || !baselined_) return std::nullopt;
+  // A probe is a generation: while a recovery warms the engine it would share the
+  // warm-up's steps and change the shapes that run must touch on its own.
+  if (!eng || !baselined_ || !daemon_.lifecycle().admits_generation()) return std::nullopt;
   auto r = probe_.has_golden() ? probe_.run(*eng, probe_budget()) : probe_.capture_golden(*eng);
   if (!r.ok) probe_failed_ = true;
   return r;
