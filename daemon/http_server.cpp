@@ -1,5 +1,6 @@
 // HttpServer: the listener, the I/O threads and the routes. Connections are
-// http_session.cpp's, routing http_router.cpp's, responders http_responder.cpp's;
+// http_session.cpp's, routing http_router.cpp's, responders http_responder.cpp's,
+// the Request and Response values http_message.cpp's.
 // Beast stays out of every header, so the rest of the daemon compiles without it.
 #include "daemon/http_server.hpp"
 
@@ -11,34 +12,15 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/beast/core/string.hpp>
 #include <spdlog/spdlog.h>
 
 #include "daemon/http_session.hpp"
-#include "daemon/json_error.hpp"
 
 namespace inferd::daemon {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
-
-std::string_view Request::header(std::string_view name) const {
-  for (const auto& [n, v] : headers)
-    if (boost::beast::iequals(n, name)) return v;
-  return {};
-}
-
-Response Response::json(int status, std::string body) {
-  Response r;
-  r.status = status;
-  r.body = std::move(body);
-  return r;
-}
-
-Response Response::error(int status, std::string_view message, std::string_view type) {
-  return json(status, error_body(status, message, type));
-}
 
 struct HttpServer::Impl {
   Impl(HttpServerOptions options, Metrics* metrics) : state(std::move(options), metrics) {}
