@@ -1,6 +1,7 @@
 // HttpServer: the listeners (the main one and the admin one, TCP on 127.0.0.1
 // and/or a Unix socket), the I/O threads and the routes. Connections are
-// http_session.cpp's, routing http_router.cpp's, responders http_responder.cpp's;
+// http_session.cpp's, routing http_router.cpp's, responders http_responder.cpp's,
+// the Request and Response values http_message.cpp's;
 // Beast stays out of every header, so the rest of the daemon compiles without it.
 #include "daemon/http_server.hpp"
 
@@ -20,34 +21,15 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/beast/core/string.hpp>
 #include <spdlog/spdlog.h>
 
 #include "daemon/http_session.hpp"
-#include "daemon/json_error.hpp"
 
 namespace inferd::daemon {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
-
-std::string_view Request::header(std::string_view name) const {
-  for (const auto& [n, v] : headers)
-    if (boost::beast::iequals(n, name)) return v;
-  return {};
-}
-
-Response Response::json(int status, std::string body) {
-  Response r;
-  r.status = status;
-  r.body = std::move(body);
-  return r;
-}
-
-Response Response::error(int status, std::string_view message, std::string_view type) {
-  return json(status, error_body(status, message, type));
-}
 
 namespace {
 

@@ -1,0 +1,82 @@
+// libFuzzer target for the tokenizer of a real model (INFERD_MODEL, default the
+// default model), loaded once. Any bytes must encode to ids inside the vocabulary,
+// with and without special tokens parsed. Well-formed UTF-8 must decode back to
+// the text, less the bytes the vocabulary has no token for (SmolLM2 lacks a few
+// control characters, e.g. 0x04), which the tokenizer drops as llama.cpp does.
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/gguf_reader.hpp"
+#include "engine/tokenizer.hpp"
+#include "engine/utf8.hpp"
+
+using inferd::engine::GgufFile;
+using inferd::engine::Tokenizer;
+
+namespace {
+
+std::unique_ptr<Tokenizer> tokenizer;
+std::array<bool, 256> spellable{};  // the vocabulary has a token for this byte alone
+
+// GPT-2's byte-level alphabet: printable bytes stand for themselves, the others
+// for U+0100 onwards in byte order.
+std::string byte_token_text(unsigned b) {
+  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+  unsigned cp = b;
+  if (!printable) {
+    cp = 256;
+    for (unsigned x = 0; x < b; ++x)
+      if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE))) ++cp;
+  }
+  std::string out;
+  inferd::engine::utf8::append_codepoint(out, cp);
+  return out;
+}
+
+[[noreturn]] void fail(const char* what, std::string_view text) {
+  std::fprintf(stderr, "fuzz_tokenizer: %s (input of %zu bytes)\n", what, text.size());
+  std::abort();
+}
+
+void round_trip(std::string_view text, bool parse_special) {
+  const auto ids = tokenizer->encode(text, /*add_special=*/false, parse_special);
+  for (int32_t id : ids)
+    if (id < 0 || static_cast<size_t>(id) >= tokenizer->vocab_size()) fail("id outside the vocabulary", text);
+  const std::string back = tokenizer->decode(ids, /*skip_special=*/false);
+  if (!inferd::engine::utf8::is_valid(text)) return;
+  std::string spelled;
+  for (char c : text)
+    if (spellable[static_cast<unsigned char>(c)]) spelled += c;
+  if (back != spelled) fail("decode(encode(text)) != text less the bytes without a token", text);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* env = std::getenv("INFERD_MODEL");
+  std::string path = env != nullptr && *env != '\0'
+                         ? env
+                         : std::string(std::getenv("HOME") ? std::getenv("HOME") : "") +
+                               "/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  try {
+    const auto file = GgufFile::open(path);
+    tokenizer = Tokenizer::from_gguf(*file);
+    for (unsigned b = 0; b < 256; ++b) spellable[b] = tokenizer->find(byte_token_text(b)).has_value();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz_tokenizer: cannot load the tokenizer of %s: %s\n", path.c_str(), e.what());
+    std::exit(2);
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  round_trip(text, /*parse_special=*/false);
+  round_trip(text, /*parse_special=*/true);
+  return 0;
+}
