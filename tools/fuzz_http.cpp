@@ -111,7 +111,7 @@ void serve(http::request<http::string_body>& msg) {
   if (q != std::string::npos) req.query = req.target.substr(q + 1);
   for (const auto& f : msg) req.headers.emplace_back(f.name_string(), f.value());
   req.body = std::move(msg.body());
-  const Router::Match m = router().match(req.method, req.path);
+  const Router::Match m = router().match(req.method, req.path, /*admin=*/false);  // the API listener
   if (!m.route) {
     const Response r = m.refusal(req.method, req.path);
     if (r.status != 404 && r.status != 405) fail("a refusal other than 404 or 405");
