@@ -44,6 +44,9 @@ constexpr auto kDrainPoll = 20ms;
 // How long answers that end requests with an error get to reach their clients
 // before a stopping daemon closes the sockets.
 constexpr auto kFlushTimeout = 2s;
+// How long a stopping daemon waits for its start-up work (a warm-up notices the
+// stop within a phase poll; a load stuck in a hung disk or driver never does).
+constexpr auto kStartupGrace = 10s;
 
 HttpServerOptions http_options(const ServerConfig& s) {
   HttpServerOptions o;
@@ -202,18 +205,30 @@ int Daemon::run() {
 
   io_.run();
 
-  // A failed daemon does not wait for start-up work that may be wedged (a load
-  // past its deadline, stuck in a hung disk or a driver call): the caller exits
-  // at once (see main.cpp).
+  // Start-up work that may be wedged (a load past its deadline, stuck in a hung
+  // disk or a driver call) is not waited for: at once when the daemon failed,
+  // after kStartupGrace when it stops; the caller then exits at once (main.cpp).
   if (startup_.joinable()) {
-    if (exit_code_.load() != 0 || load_timed_out_) startup_.detach();
-    else startup_.join();
+    const auto until = std::chrono::steady_clock::now() + kStartupGrace;
+    while (!startup_done_ && exit_code_.load() == 0 && !load_timed_out_ && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(10ms);
+    if (startup_done_) {
+      startup_.join();
+    } else {
+      spdlog::warn("start-up work still running ({}): not waiting for it", to_string(lifecycle_.state()));
+      startup_.detach();
+      abandoned_startup_ = true;
+    }
   }
   if (http_) http_->stop();
   return exit_code_.load();
 }
 
 void Daemon::start_up() {
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag = true; }
+  } done{startup_done_};
   try {
     if (load_) load_(*this);
     if (!served_model_.get()) {

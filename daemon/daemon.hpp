@@ -63,6 +63,9 @@ class Daemon {
   // Runs until Stopped (returns 0) or Failed (returns 1). Loading that outlasts
   // load_timeout_s() fails; the start-up thread, stuck in it, is left behind.
   int run();
+  // After run(): start-up work (a load that never returned) was left running, so
+  // the process must exit without destroying what that work uses.
+  bool abandoned_startup() const { return abandoned_startup_; }
 
   // Thread-safe. Drain and stop, as SIGTERM does.
   void request_stop(std::string reason);
@@ -133,6 +136,8 @@ class Daemon {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_sent_{false};
   std::atomic<bool> load_timed_out_{false};
+  std::atomic<bool> startup_done_{false};
+  bool abandoned_startup_ = false;
   std::atomic<int> exit_code_{0};
   bool watchdog_healthy_ = true;  // last verdict, to log only its changes
   Counter* watchdog_pings_ = nullptr;

@@ -77,10 +77,11 @@ int main(int argc, char** argv) {
     WarmupHost warmup(daemon, engine);
     Supervisor supervisor(daemon, engine, warmup);
     const int code = daemon.run();
-    if (code != 0) {
-      // Failed: every request in flight has had its answer. The engine (and a
-      // probe waiting on it) may be wedged in a step nothing can cancel, so no
-      // thread is waited for; only the log is flushed.
+    if (code != 0 || daemon.abandoned_startup()) {
+      // Failed, or stopped while a load never returned: every request in flight
+      // has had its answer. The engine (and a probe waiting on it) may be wedged
+      // where nothing can cancel it, so no thread is waited for; only the log is
+      // flushed.
       spdlog::shutdown();
       supervisor.restore_stderr();
       std::_Exit(code);

@@ -79,6 +79,21 @@ def test_wedged_load_ends_at_load_timeout():
     assert elapsed < 60, elapsed
 
 
+@needs_faults
+def test_sigterm_during_a_stuck_load_stops_without_waiting_for_it(start_daemon):
+    """SIGTERM while a load hangs (load.stall): the daemon stops (exit 0) after a
+    bounded wait for its start-up work instead of joining a load that never returns."""
+    d = start_daemon(["--no-warmup"], env={"INFERD_FAULTS": "load.stall=600000"}, wait_state=None)
+    deadline = time.monotonic() + 60
+    while "fault point load.stall" not in d.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert d.state() == "Loading"
+    d.signal(signal.SIGTERM)
+    assert d.wait(timeout=60) == 0
+    out = d.output()
+    assert "start-up work still running (Stopped): not waiting for it" in out
+
+
 def test_missing_model_fails_naming_the_path(tmp_path):
     missing = tmp_path / "nowhere" / "model.gguf"
     port = free_port()
