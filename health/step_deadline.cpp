@@ -85,9 +85,10 @@ std::chrono::nanoseconds StepDeadlineMonitor::expected(uint64_t work) const {
   return nearest_p99(std::move(predicted));
 }
 
-std::chrono::nanoseconds StepDeadlineMonitor::deadline(uint64_t work) const {
-  return std::max(options_.floor,
-                  std::chrono::duration_cast<std::chrono::nanoseconds>(expected(work) * options_.p99_factor));
+std::chrono::nanoseconds StepDeadlineMonitor::deadline(uint64_t work) const { return deadline_for(expected(work)); }
+
+std::chrono::nanoseconds StepDeadlineMonitor::deadline_for(std::chrono::nanoseconds expected) const {
+  return std::max(options_.floor, std::chrono::duration_cast<std::chrono::nanoseconds>(expected * options_.p99_factor));
 }
 
 StepObservation StepDeadlineMonitor::sample() const {
@@ -96,8 +97,7 @@ StepObservation StepDeadlineMonitor::sample() const {
   obs.p99 = p99();
   obs.work = heartbeat_.step_work();
   obs.expected = expected(obs.work);
-  obs.deadline = std::max(options_.floor,
-                          std::chrono::duration_cast<std::chrono::nanoseconds>(obs.expected * options_.p99_factor));
+  obs.deadline = deadline_for(obs.expected);
   obs.idle = heartbeat_.idle();
   obs.steps_completed = heartbeat_.steps_completed();
   obs.step_age = std::chrono::duration_cast<std::chrono::nanoseconds>(heartbeat_.step_age());

@@ -64,6 +64,7 @@ class StepDeadlineMonitor {
     uint64_t work;
   };
   std::vector<Recorded> recorded() const;  // empty below min_samples
+  std::chrono::nanoseconds deadline_for(std::chrono::nanoseconds expected) const;
 
   const engine::StepHeartbeat& heartbeat_;
   StepDeadlineOptions options_;
