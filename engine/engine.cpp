@@ -38,6 +38,39 @@ struct Engine::Live {
   bool expired(Clock::time_point now) const { return handle->cancelled() || (req.deadline && now > *req.deadline); }
 };
 
+int resolve_max_model_len(const ModelConfig& mc, int asked) {
+  if (asked > mc.max_context)
+    throw std::invalid_argument("max_model_len " + std::to_string(asked) + " exceeds the model's trained context of " +
+                                std::to_string(mc.max_context) + " tokens");
+  return asked > 0 ? asked : mc.max_context;
+}
+
+KvGeometry plan_kv_cache(const ModelConfig& mc, int max_model_len, const EngineOptions& opts) {
+  KvGeometry g;
+  g.n_layers = mc.n_layers;
+  g.n_kv_heads = mc.n_kv_heads;
+  g.head_dim = mc.head_dim;
+  g.block_size = opts.block_size;
+  // Counted on the whole model's heads, so every rank of a group has the same
+  // number of blocks (the head's block tables address them all); a rank then
+  // holds only its own kv heads of each.
+  const size_t per_block = g.bytes_per_block_layer() * 2 * g.n_layers;
+  const int min_blocks = (max_model_len + g.block_size - 1) / g.block_size + 1;
+  g.num_blocks = opts.num_kv_blocks > 0    ? opts.num_kv_blocks
+                 : opts.kv_cache_bytes == 0 ? min_blocks
+                                            : static_cast<int>(opts.kv_cache_bytes / per_block);
+  // The cache never grows past what was configured: too small is an error naming the numbers.
+  if (g.num_blocks < min_blocks)
+    throw std::invalid_argument(
+        "kv cache of " + std::to_string(g.num_blocks) + " blocks (" +
+        std::to_string(static_cast<size_t>(g.num_blocks) * per_block / 1048576) + " MiB, " +
+        std::to_string(g.num_blocks * g.block_size) + " tokens) cannot hold one sequence of max_model_len " +
+        std::to_string(max_model_len) + " tokens: raise kv_cache_bytes to at least " +
+        std::to_string((static_cast<size_t>(min_blocks) * per_block + 1048575) / 1048576) + " MiB or lower max_model_len");
+  g.n_kv_heads = mc.kv_heads_here;
+  return g;
+}
+
 Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts), heartbeat_(heartbeat) {
   backend_ = opts_.backend ? opts_.backend() : kernels::make_cpu_backend(opts_.threads);
   backend_->set_cancel_flag(&abort_step_);  // a reset abandons the step at its next op or task
@@ -52,7 +85,7 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
     last.stage = name;
     progress(last);
   };
-  model_ = load_model(*file_, *backend_, precision_, progress);
+  model_ = load_model(*file_, *backend_, precision_, progress, opts_.tp);
   // Fault point "load.stall=MS": the load hangs here for MS ms (default an hour),
   // as one stuck on a hung disk or driver would.
   static const faults::FaultPoint load_stall("load.stall");
@@ -77,29 +110,8 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   if (n_tokens_ < mc.vocab)
     spdlog::info("engine: the model outputs {} ids, the tokenizer has {} tokens; the {} padding ids are never sampled",
                  mc.vocab, n_tokens_, mc.vocab - n_tokens_);
-  if (opts_.max_model_len > mc.max_context)
-    throw std::invalid_argument("max_model_len " + std::to_string(opts_.max_model_len) +
-                                " exceeds the model's trained context of " + std::to_string(mc.max_context) + " tokens");
-  max_model_len_ = opts_.max_model_len > 0 ? opts_.max_model_len : mc.max_context;
-
-  KvGeometry g;
-  g.n_layers = mc.n_layers;
-  g.n_kv_heads = mc.n_kv_heads;
-  g.head_dim = mc.head_dim;
-  g.block_size = opts_.block_size;
-  const size_t per_block = g.bytes_per_block_layer() * 2 * g.n_layers;
-  const int min_blocks = (max_model_len_ + g.block_size - 1) / g.block_size + 1;
-  g.num_blocks = opts_.num_kv_blocks > 0    ? opts_.num_kv_blocks
-                 : opts_.kv_cache_bytes == 0 ? min_blocks
-                                             : static_cast<int>(opts_.kv_cache_bytes / per_block);
-  // The cache never grows past what was configured: too small is an error naming the numbers.
-  if (g.num_blocks < min_blocks)
-    throw std::invalid_argument(
-        "kv cache of " + std::to_string(g.num_blocks) + " blocks (" +
-        std::to_string(static_cast<size_t>(g.num_blocks) * per_block / 1048576) + " MiB, " +
-        std::to_string(g.num_blocks * g.block_size) + " tokens) cannot hold one sequence of max_model_len " +
-        std::to_string(max_model_len_) + " tokens: raise kv_cache_bytes to at least " +
-        std::to_string((static_cast<size_t>(min_blocks) * per_block + 1048575) / 1048576) + " MiB or lower max_model_len");
+  max_model_len_ = resolve_max_model_len(mc, opts_.max_model_len);
+  const KvGeometry g = plan_kv_cache(mc, max_model_len_, opts_);
   stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g, *backend_);
   kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching);
@@ -122,7 +134,8 @@ ShapeAxes Engine::shape_axes() const {
 std::vector<kernels::ShapeKey> Engine::reachable_shape_keys() const {
   kernels::ShapeRegistry traced;
   auto be = kernels::make_shape_tracer(traced);
-  auto model = load_model(*file_, *be, precision_);
+  // This rank's shapes; a traced model has no peers to talk to.
+  auto model = load_model(*file_, *be, precision_, {}, TensorParallel{opts_.tp.rank, opts_.tp.size, nullptr});
   return trace_shape_space(*model, *be, traced, kv_->geometry(), shape_axes());
 }
 
@@ -355,6 +368,7 @@ void Engine::step() {
   try {
     if (heartbeat_) heartbeat_->begin_step(step_work(plan));
     stall_if_armed();
+    if (opts_.on_plan) opts_.on_plan(plan);  // the group's workers run it beside this rank
     executor_->execute(plan, logits_);
     corrupt_if_armed();
     if (heartbeat_) heartbeat_->end_step();

@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "engine/models/model.hpp"
+#include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
+#include "engine/models/tensor_parallel.hpp"
 #include "engine/sampler.hpp"
 #include "engine/sched/step_plan.hpp"
 #include "engine/shape_space.hpp"
@@ -50,10 +52,24 @@ struct EngineOptions {
   size_t max_waiting = 256;         // queued requests beyond this are refused
   // Makes the backend the model runs on; empty: the CPU backend with `threads`.
   kernels::BackendFactory backend;
+  // This engine's rank of a tensor-parallel group; the engine is its head (rank
+  // 0: scheduler and sampling), workers run engine/rank_worker.hpp.
+  TensorParallel tp;
+  // Hears each step's plan just before the head runs it: the group's workers
+  // must run every plan, in the same order (the daemon sends them on).
+  std::function<void(const StepPlan&)> on_plan;
   // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
   LoadProgressFn on_load_progress;
 };
+
+// The context the engine serves: `asked`, or the model's trained context when 0;
+// more than the trained context is refused (std::invalid_argument).
+int resolve_max_model_len(const ModelConfig& mc, int asked);
+// The KV cache the options allow (block count from the bytes, this rank's kv
+// heads); std::invalid_argument naming the numbers when it cannot hold one
+// sequence of max_model_len.
+KvGeometry plan_kv_cache(const ModelConfig& mc, int max_model_len, const EngineOptions& opts);
 
 struct Usage {
   int prompt_tokens = 0;

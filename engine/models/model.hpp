@@ -22,6 +22,7 @@ struct ModelConfig {
   int dim = 0;               // embedding width
   int n_heads = 0;
   int n_kv_heads = 0;
+  int kv_heads_here = 0;     // kv heads this rank holds: all of them without tensor parallelism
   int head_dim = 0;
   int ffn_dim = 0;
   int vocab = 0;

@@ -44,13 +44,13 @@ void WeightLoader::report() {
 }
 
 std::unique_ptr<Model> load_model(const GgufFile& file, kernels::Backend& backend, Precision precision,
-                                  const LoadProgressFn& progress) {
+                                  const LoadProgressFn& progress, const TensorParallel& tp) {
   auto arch = file.get_string("general.architecture");
   if (!arch) throw LoadError(file.path(), 0, "missing general.architecture");
   auto it = registry().find(*arch);
   if (it == registry().end()) throw LoadError(file.path(), 0, "unsupported architecture '" + *arch + "'");
   WeightLoader weights(file, progress);
-  auto model = it->second(file, backend, precision, weights);
+  auto model = it->second(file, backend, precision, weights, tp);
   weights.finish();
   return model;
 }

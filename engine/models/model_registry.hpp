@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/models/model.hpp"
+#include "engine/models/tensor_parallel.hpp"
 
 namespace inferd::engine {
 
@@ -42,18 +43,20 @@ class WeightLoader {
   LoadProgress now_{.stage = "weights"};
 };
 
-using ModelFactory =
-    std::function<std::unique_ptr<Model>(const GgufFile&, kernels::Backend&, Precision, WeightLoader&)>;
+using ModelFactory = std::function<std::unique_ptr<Model>(const GgufFile&, kernels::Backend&, Precision, WeightLoader&,
+                                                          const TensorParallel&)>;
 
 // Loads the model the file describes; throws LoadError naming the file when the
 // architecture is unknown or a tensor is missing or misshapen. `progress`, if
 // set, hears the "weights" stage, from 0 to every byte of the file's tensors.
+// `tp`: the rank's share of a tensor-parallel group (the whole model by default).
 std::unique_ptr<Model> load_model(const GgufFile& file, kernels::Backend& backend,
-                                  Precision precision = Precision::Fast, const LoadProgressFn& progress = {});
+                                  Precision precision = Precision::Fast, const LoadProgressFn& progress = {},
+                                  const TensorParallel& tp = {});
 std::vector<std::string> known_architectures();
 
 // Defined in each architecture's file.
 std::unique_ptr<Model> make_llama(const GgufFile& file, kernels::Backend& backend, Precision precision,
-                                  WeightLoader& weights);
+                                  WeightLoader& weights, const TensorParallel& tp);
 
 }  // namespace inferd::engine
