@@ -3,6 +3,9 @@
 // TCP for CPU ranks (comm/gloo_collectives.hpp) and NCCL for GPU ranks
 // (comm/nccl_collectives.hpp). The control plane (rendezvous, plans, heartbeats)
 // is separate and keeps working while a collective here is wedged.
+//
+// Threads: one thread at a time calls the collectives and reinit() (the
+// rank's step thread); abort() may come from any thread.
 #pragma once
 #include <cstddef>
 #include <stdexcept>
