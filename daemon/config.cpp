@@ -21,6 +21,7 @@
 #include "faults/fault_points.hpp"
 #include "daemon/monitor_settings.hpp"
 #include "kernels/backend_factory.hpp"
+#include "inferd_config.h"
 
 namespace inferd::daemon {
 
@@ -482,20 +483,40 @@ void refuse_unbuilt(const Config& cfg, const Origins& origins) {
     const std::string where = it != origins.end() ? it->second : std::string(key);
     throw ConfigError(fmt::format("{}: {} is not implemented yet; leave it at its default", where, what));
   };
-  refuse(cfg.engine.tensor_parallel_size != d.engine.tensor_parallel_size, "engine.tensor_parallel_size",
-         "tensor parallelism");
   refuse(cfg.engine.gpu_memory_utilization != d.engine.gpu_memory_utilization, "engine.gpu_memory_utilization",
          "sizing the KV cache by GPU memory");
-  refuse(cfg.parallel.nnodes != d.parallel.nnodes, "parallel.nnodes", "running on several nodes");
-  refuse(cfg.parallel.node_rank != d.parallel.node_rank, "parallel.node_rank", "running on several nodes");
-  refuse(cfg.parallel.master_addr != d.parallel.master_addr, "parallel.master_addr", "running on several nodes");
-  refuse(cfg.parallel.master_port != d.parallel.master_port, "parallel.master_port", "running on several nodes");
-  refuse(cfg.parallel.headless != d.parallel.headless, "parallel.headless", "a headless worker rank");
+  refuse(cfg.engine.tensor_parallel_size > 1 && cfg.engine.device != "cpu", "engine.device",
+         "tensor parallelism on a GPU (NCCL ranks)");
 }
+
 
 std::string where_set(const Origins& origins, std::string_view key) {
   auto it = origins.find(key);
   return it != origins.end() ? it->second : std::string(key);
+}
+
+// One rank per inferd process: a group of N is N processes, node_rank 0 (the
+// head, which serves the API) to N-1 (headless workers), on one host or many.
+void check_parallel(const Config& cfg, const Origins& origins) {
+  const int tp = cfg.engine.tensor_parallel_size;
+  const ParallelConfig& p = cfg.parallel;
+  if (p.nnodes != tp)
+    throw ConfigError(fmt::format(
+        "{}: nnodes ({}) must equal tensor_parallel_size ({}): each inferd process is one rank of the group",
+        where_set(origins, origins.count("parallel.nnodes") ? "parallel.nnodes" : "engine.tensor_parallel_size"),
+        p.nnodes, tp));
+  if (p.headless != (p.node_rank > 0))
+    throw ConfigError(fmt::format("{}: {}", where_set(origins, origins.count("parallel.headless") ? "parallel.headless" : "parallel.node_rank"),
+                                  p.headless ? "a headless worker has node_rank 1 or more (rank 0 is the head)"
+                                             : "node_rank " + std::to_string(p.node_rank) +
+                                                   " is a worker rank: add --headless (only rank 0 serves the API)"));
+  if (tp > 1 && !INFERD_HAVE_GLOO)
+    throw ConfigError(fmt::format("{}: this build has no Gloo, which CPU ranks talk through: install libgloo-dev and "
+                                  "reconfigure (meson setup --reconfigure)",
+                                  where_set(origins, "engine.tensor_parallel_size")));
+  if (tp > 1 && (p.master_port < 1 || p.master_port > 65534))
+    throw ConfigError(fmt::format("{}: master_port must leave room for the rendezvous port after it (1-65534)",
+                                  where_set(origins, "parallel.master_port")));
 }
 
 // Reads admin_api_key_file into admin_api_key. Its surrounding whitespace (the
@@ -530,6 +551,7 @@ void check_across_keys(const Config& cfg, const Origins& origins) {
     throw ConfigError(fmt::format("{}: node_rank must be less than nnodes ({}), got {}", where, cfg.parallel.nnodes,
                                   cfg.parallel.node_rank));
   }
+  check_parallel(cfg, origins);
   refuse_unbuilt(cfg, origins);
 }
 

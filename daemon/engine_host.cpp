@@ -14,6 +14,7 @@
 #include "daemon/health_routes.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/openai_routes.hpp"
+#include "daemon/tensor_parallel_group.hpp"
 #include "kernels/backend_factory.hpp"
 
 namespace inferd::daemon {
@@ -61,6 +62,8 @@ EngineHost::EngineHost(Daemon& daemon) {
 }
 
 EngineHost::~EngineHost() {
+  // A step waiting in a collective for a worker that has gone must return.
+  if (group_) group_->collectives().abort("the head is stopping");
   if (auto e = engine_.load()) e->stop();
 }
 
@@ -81,7 +84,27 @@ void EngineHost::load(Daemon& d) {
     shown = step;
     d.lifecycle().set_activity(describe(p));
   };
+  if (const int n = cfg.engine.tensor_parallel_size; n > 1) {
+    // The head is rank 0: its workers join and the data plane forms before the
+    // load, so every rank loads its share at once.
+    // A worker that leaves breaks the group: re-forming it in place is not
+    // built yet, so the head fails (every request in flight gets its answer)
+    // and its restart re-forms the group with the workers' restarts.
+    group_ = std::make_unique<HeadGroup>(
+        cfg, [&d](const std::string& s) { d.lifecycle().set_activity(s); }, [&d] { return d.stopping(); },
+        [&d](int rank, const std::string& why) {
+          if (!d.stopping()) d.fail("tensor-parallel worker rank " + std::to_string(rank) + " left: " + why);
+        });
+    opts.tp = {0, n, &group_->collectives()};
+    opts.on_plan = [&control = group_->control()](const engine::StepPlan& plan) { control.send_plan(plan); };
+  }
   auto eng = std::make_shared<engine::Engine>(opts, &d.heartbeat());
+  if (group_) {
+    // Plans may only go out once every worker can run them.
+    group_->control().wait_for_workers(
+        true, std::chrono::minutes(60), [&d](const std::string& s) { d.lifecycle().set_activity(s); },
+        [&d] { return d.stopping(); });
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   load_seconds_->set(seconds);
   spdlog::info("model loaded in {:.2f} s", seconds);

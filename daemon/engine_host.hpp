@@ -11,6 +11,7 @@
 namespace inferd::daemon {
 
 class Daemon;
+class HeadGroup;
 class Gauge;
 struct Config;
 
@@ -28,6 +29,7 @@ class EngineHost {
   void load(Daemon& d);
   // Set by the start-up thread, read by HTTP threads.
   std::atomic<std::shared_ptr<engine::Engine>> engine_;
+  std::unique_ptr<HeadGroup> group_;  // with tensor_parallel_size > 1: the workers and the data plane
   Gauge* load_progress_;
   Gauge* load_bytes_;
   Gauge* weights_bytes_;

@@ -17,6 +17,7 @@
 #include "daemon/logging.hpp"
 #include "daemon/supervisor.hpp"
 #include "daemon/warmup_host.hpp"
+#include "daemon/worker_host.hpp"
 #include "faults/fault_points.hpp"
 #include "inferd_config.h"
 
@@ -72,7 +73,18 @@ int main(int argc, char** argv) {
     spdlog::warn("fault point armed: {}{}{}", name, value.empty() ? "" : "=", value);
 #endif
   try {
+    const bool headless = cfg.parallel.headless;
     Daemon daemon(std::move(cfg), std::move(cmd));
+    if (headless) {
+      // A worker rank: the head serves, schedules and supervises the group.
+      WorkerHost worker(daemon);
+      const int code = daemon.run();
+      if (code != 0 || daemon.abandoned_startup()) {
+        spdlog::shutdown();
+        std::_Exit(code);
+      }
+      return code;
+    }
     EngineHost engine(daemon);  // destroyed before the daemon: it beats the daemon's heartbeat
     WarmupHost warmup(daemon, engine);
     Supervisor supervisor(daemon, engine, warmup);

@@ -351,14 +351,6 @@ void Engine::corrupt_if_armed() {
   }
 }
 
-// Tokens x context: what a step's duration grows with (its matmuls with the
-// tokens, its attention with both).
-uint64_t Engine::step_work(const StepPlan& plan) {
-  uint64_t work = 0;
-  for (const auto& s : plan.seqs) work += s.tokens.size() * (static_cast<uint64_t>(s.start) + s.tokens.size());
-  return work;
-}
-
 void Engine::step() {
   const StepPlan plan = scheduler_->schedule();
   if (plan.empty()) return;
@@ -366,7 +358,7 @@ void Engine::step() {
   // it admitted counted as running, not still waiting (admission reads them).
   publish_stats();
   try {
-    if (heartbeat_) heartbeat_->begin_step(step_work(plan));
+    if (heartbeat_) heartbeat_->begin_step(plan.work());
     stall_if_armed();
     if (opts_.on_plan) opts_.on_plan(plan);  // the group's workers run it beside this rank
     executor_->execute(plan, logits_);

@@ -194,7 +194,6 @@ class Engine {
   void do_reset(const std::string& reason);  // step loop; mu_ held
   void drop_expired();
   void step();
-  static uint64_t step_work(const StepPlan& plan);
   void stall_if_armed();
   void corrupt_if_armed();
   // Ends a request with a final delta (carrying its last text, if any).

@@ -21,6 +21,12 @@ int StepPlan::num_tokens() const {
   return n;
 }
 
+uint64_t StepPlan::work() const {
+  uint64_t w = 0;
+  for (const auto& s : seqs) w += s.tokens.size() * (static_cast<uint64_t>(s.start) + s.tokens.size());
+  return w;
+}
+
 bool StepPlan::decode_only() const {
   return !seqs.empty() &&
          std::all_of(seqs.begin(), seqs.end(), [](const auto& s) { return s.sample && s.tokens.size() == 1; });

@@ -27,6 +27,9 @@ struct StepPlan {
   std::vector<SeqId> finished;       // ended since the previous plan; their blocks are free
 
   int num_tokens() const;
+  // Tokens x context: what a step's duration grows with (its matmuls with the
+  // tokens, its attention with both); step deadlines scale with it.
+  uint64_t work() const;
   // Every sequence feeds exactly one token it samples from: what a captured decode graph replays.
   bool decode_only() const;
   bool empty() const { return seqs.empty(); }

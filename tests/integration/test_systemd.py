@@ -221,15 +221,21 @@ def test_failed_start_reports_status(notify_socket, tmp_path):
     assert lines[-1] == f"STATUS=Failed: {missing}: offset 0: cannot open: No such file or directory"
 
 
-def test_a_headless_worker_is_refused_until_multi_node_serving_exists(notify_socket, tmp_path):
-    """--headless and the other multi-node flags are parsed but not built: inferd
-    refuses them at start (exit 2, the flag named) instead of running a worker
-    that connects to nothing, and never says READY."""
+def test_a_headless_worker_says_it_is_joining_its_head_and_is_not_ready_without_one(notify_socket, tmp_path):
+    """A worker rank whose head is not up yet stays Loading, says in STATUS whom it
+    is joining, never says READY, and stops cleanly on SIGTERM."""
     log_path = tmp_path / "inferd.log"
+    port = free_port()
     with open(log_path, "w+") as log:
-        proc, _ = start(["--headless", "--nnodes", "2", "--node-rank", "1"], {"NOTIFY_SOCKET": notify_socket.path}, log)
-        assert proc.wait(timeout=30) == 2
-    assert "is not implemented yet" in log_path.read_text()
+        proc, _ = start(["--headless", "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1",
+                         "--master-port", str(port)], {"NOTIFY_SOCKET": notify_socket.path}, log)
+        status = f"STATUS=Loading: joining the head at 127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while status not in notify_socket.lines() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status in notify_socket.lines()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
     assert "READY=1" not in notify_socket.lines()
 
 
@@ -281,6 +287,11 @@ def test_meson_install_puts_a_hardened_unit_that_points_at_what_it_installed(tmp
     exec_start = f"ExecStart={pathlib.PurePosixPath(prefix, info['bindir'])}/inferd --config {sysconfdir}/inferd/inferd.toml"
     assert exec_start + "\n" in text and not re.search(r"@[a-z]+@", text)
     assert "DynamicUser=yes" in text and "\nUser=" not in text
+    # The worker rank's unit: the same hardening, its own configuration.
+    worker = installed("lib", "systemd", "system", "inferd-worker.service").read_text()
+    assert f"--config {sysconfdir}/inferd/worker.toml\n" in worker and not re.search(r"@[a-z]+@", worker)
+    assert worker.replace("worker.toml", "inferd.toml").count("\n") == text.count("\n")
+    assert (dest / sysconfdir.relative_to("/") / "inferd" / "worker.toml").read_text() == (SRC / "etc" / "worker.toml").read_text()
 
     tool = shutil.which("systemd-analyze")
     if tool is None:

@@ -241,6 +241,15 @@ target = "journald"
     CHECK(load_config(cmdline({"--config", path})) == Config{});
   }
 
+  TEST_CASE("config: the shipped etc/worker.toml is a headless rank 1 of a group of 2") {
+    const Config c = load_config(cmdline({"--config", test_paths::source_dir() + "/etc/worker.toml"}));
+    CHECK(c.parallel.headless);
+    CHECK(c.parallel.node_rank == 1);
+    CHECK(c.parallel.nnodes == 2);
+    CHECK(c.engine.tensor_parallel_size == 2);
+    CHECK(c.parallel.master_port == Config{}.parallel.master_port);
+  }
+
   TEST_CASE("config: etc/inferd.toml documents every key") {
     std::ifstream in(test_paths::source_dir() + "/etc/inferd.toml");
     std::set<std::string> documented;
@@ -271,22 +280,32 @@ target = "journald"
   }
 
   TEST_CASE("config: keys whose feature is not built yet are refused unless left at their default") {
-    CHECK(config_error("[engine]\ntensor_parallel_size = 2\n") ==
-          "x.toml:2: [engine] tensor_parallel_size: tensor parallelism is not implemented yet; leave it at its default");
     CHECK(config_error("[engine]\ngpu_memory_utilization = 0.5\n") ==
           "x.toml:2: [engine] gpu_memory_utilization: sizing the KV cache by GPU memory is not implemented yet; leave it "
           "at its default");
-    CHECK(config_error("[parallel]\nmaster_port = 29600\n") ==
-          "x.toml:2: [parallel] master_port: running on several nodes is not implemented yet; leave it at its default");
-    CHECK(flag_error({"--nnodes", "2"}) == "--nnodes: running on several nodes is not implemented yet; leave it at its default");
-    CHECK(flag_error({"--nnodes", "2", "--node-rank", "1"}).find("is not implemented yet") != std::string::npos);
-    CHECK(flag_error({"--master-addr", "10.0.0.1"}) ==
-          "--master-addr: running on several nodes is not implemented yet; leave it at its default");
-    CHECK(flag_error({"--headless"}) == "--headless: a headless worker rank is not implemented yet; leave it at its default");
-    CHECK(flag_error({"--tensor-parallel-size", "2"}).starts_with("--tensor-parallel-size: tensor parallelism"));
     // Their defaults, written out, are fine.
     CHECK(load_config(cmdline({"--tensor-parallel-size", "1", "--nnodes", "1", "--node-rank", "0", "--no-headless",
                                "--gpu-memory-utilization", "0.9", "--master-port", "29500"})) == Config{});
+  }
+
+  TEST_CASE("config: a tensor-parallel group is one process per rank, rank 0 the head, the others headless") {
+    const Config head = load_config(cmdline({"--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr",
+                                             "10.0.0.1", "--master-port", "29600"}));
+    CHECK(head.engine.tensor_parallel_size == 2);
+    CHECK(head.parallel.master_addr == "10.0.0.1");
+    const Config worker = load_config(cmdline({"--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1",
+                                               "--headless"}));
+    CHECK(worker.parallel.headless);
+    CHECK(config_error("[engine]\ntensor_parallel_size = 2\n") ==
+          "x.toml:2: [engine] tensor_parallel_size: nnodes (1) must equal tensor_parallel_size (2): each inferd process "
+          "is one rank of the group");
+    CHECK(flag_error({"--nnodes", "2"}) ==
+          "--nnodes: nnodes (2) must equal tensor_parallel_size (1): each inferd process is one rank of the group");
+    CHECK(flag_error({"--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1"}) ==
+          "--node-rank: node_rank 1 is a worker rank: add --headless (only rank 0 serves the API)");
+    CHECK(flag_error({"--headless"}) == "--headless: a headless worker has node_rank 1 or more (rank 0 is the head)");
+    CHECK(flag_error({"--tensor-parallel-size", "2", "--nnodes", "2", "--master-port", "65535"}) ==
+          "--master-port: master_port must leave room for the rendezvous port after it (1-65534)");
   }
 
   TEST_CASE("config: [engine] device: cpu by default; cuda only in builds with CUDA; anything else is refused") {

@@ -1,0 +1,81 @@
+// The head's end of the control plane: it listens on the master address,
+// admits each worker rank that says hello with a matching fingerprint (and
+// refuses the others, saying why on both sides), sends every step plan to all
+// of them in order, and hears their heartbeats. It runs on its own thread, so
+// it keeps answering while the engine is stuck in a collective.
+#pragma once
+#include <boost/asio.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/messages.hpp"
+
+namespace inferd::cluster {
+
+class Connection;
+
+struct HeadOptions {
+  std::string address = "127.0.0.1";
+  uint16_t port = 29500;
+  int world_size = 2;
+  Fingerprint fingerprint;
+  // A worker that had joined has gone (its control connection closed); called
+  // on the control plane's thread.
+  std::function<void(int rank, const std::string& why)> on_rank_lost;
+};
+
+// What the head knows of one worker rank.
+struct RankState {
+  int rank = 0;
+  bool joined = false;
+  bool ready = false;      // its share of the model is loaded: it can run plans
+  std::string peer;        // its control connection's address:port
+  std::string address;     // where it reaches the head from (its data-plane address)
+  uint64_t steps = 0;      // plans it has finished, from its last heartbeat
+  double heard_ago_s = 0;  // since its last frame
+};
+
+class ControlHead {
+ public:
+  // Binds and listens (std::runtime_error naming the address when it cannot).
+  explicit ControlHead(HeadOptions opts);
+  ~ControlHead();
+  ControlHead(const ControlHead&) = delete;
+  ControlHead& operator=(const ControlHead&) = delete;
+
+  // Blocks until every worker rank has joined (or, with `loaded`, has also
+  // loaded its share). `on_status` hears progress ("2 of 3 ranks joined;
+  // waiting for rank 2"); throws std::runtime_error naming the missing ranks
+  // after `timeout`, or as soon as `cancelled` returns true.
+  void wait_for_workers(bool loaded, std::chrono::milliseconds timeout,
+                        const std::function<void(const std::string&)>& on_status, const std::function<bool()>& cancelled);
+  // To every joined worker, in the order called (from the engine's thread).
+  void send_plan(const engine::StepPlan& plan);
+  std::vector<RankState> ranks() const;
+
+ private:
+  void accept();
+  void on_message(const std::shared_ptr<Connection>& c, const boost::json::object& m);
+  void on_close(const std::shared_ptr<Connection>& c, const std::string& why);
+
+  HeadOptions opts_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  struct Slot {
+    RankState state;
+    std::shared_ptr<Connection> conn;
+    std::chrono::steady_clock::time_point heard;
+  };
+  std::vector<Slot> slots_;  // index = rank; slot 0 is the head itself
+};
+
+}  // namespace inferd::cluster

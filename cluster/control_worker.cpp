@@ -1,0 +1,139 @@
+#include "cluster/control_worker.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cluster/connection.hpp"
+
+namespace inferd::cluster {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+ControlWorker::ControlWorker(WorkerOptions opts)
+    : opts_(std::move(opts)), work_(io_.get_executor()), heartbeat_(io_) {
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+ControlWorker::~ControlWorker() {
+  stop();
+  work_.reset();
+  io_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string ControlWorker::join(std::chrono::milliseconds timeout, const std::function<bool()>& cancelled) {
+  const auto until = Clock::now() + timeout;
+  asio::ip::tcp::resolver resolver(io_);
+  std::string last_error;
+  for (;;) {
+    if (cancelled && cancelled()) throw std::runtime_error("stopped while joining the head");
+    if (Clock::now() >= until)
+      throw std::runtime_error(fmt::format("the head at {}:{} did not answer within {} s (last: {})", opts_.master_addr,
+                                           opts_.master_port, timeout.count() / 1000, last_error));
+    boost::system::error_code ec;
+    asio::ip::tcp::socket socket(io_);
+    const auto eps = resolver.resolve(opts_.master_addr, std::to_string(opts_.master_port), ec);
+    if (!ec) asio::connect(socket, eps, ec);
+    if (ec) {
+      last_error = ec.message();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
+    auto c = std::make_shared<Connection>(std::move(socket));
+    {
+      std::lock_guard lk(mu_);
+      conn_ = c;
+      gone_ = false;
+    }
+    c->start([this](json::object m) { on_message(std::move(m)); }, [this](const std::string& why) { on_close(why); });
+    c->send({{"type", "hello"}, {"rank", opts_.rank}, {"fingerprint", opts_.fingerprint.to_json()}});
+    std::unique_lock lk(mu_);
+    cv_.wait_until(lk, until, [&] { return welcomed_ || gone_; });
+    if (welcomed_) {
+      asio::post(io_, [this] { beat(); });
+      return c->local_address();
+    }
+    if (!why_.empty() && why_.rfind("refused: ", 0) == 0) throw Refused(why_.substr(9));
+    last_error = why_.empty() ? "no answer to hello" : why_;
+  }
+}
+
+void ControlWorker::on_message(json::object m) {
+  const auto* type = m.if_contains("type");
+  const std::string t = type && type->is_string() ? std::string(type->as_string()) : "";
+  std::lock_guard lk(mu_);
+  if (t == "welcome") {
+    welcomed_ = true;
+  } else if (t == "refuse") {
+    gone_ = true;
+    why_ = "refused: " + (m.contains("reason") ? json::value_to<std::string>(m.at("reason")) : std::string("no reason"));
+  } else if (t == "plan") {
+    try {
+      plans_.push_back(plan_from_json(m));
+    } catch (const std::exception& e) {
+      spdlog::error("control plane: {}", e.what());
+      gone_ = true;
+      why_ = e.what();
+    }
+  }
+  cv_.notify_all();
+}
+
+void ControlWorker::on_close(const std::string& why) {
+  std::lock_guard lk(mu_);
+  if (!gone_) {
+    gone_ = true;
+    why_ = "the head's control connection closed: " + why;
+  }
+  cv_.notify_all();
+}
+
+void ControlWorker::beat() {
+  std::shared_ptr<Connection> c;
+  {
+    std::lock_guard lk(mu_);
+    if (gone_) return;
+    c = conn_;
+  }
+  if (c) c->send({{"type", "heartbeat"}, {"rank", opts_.rank}, {"steps", steps_.load()}});
+  heartbeat_.expires_after(opts_.heartbeat_interval);
+  heartbeat_.async_wait([this](auto ec) { if (!ec) beat(); });
+}
+
+void ControlWorker::ready() {
+  std::lock_guard lk(mu_);
+  if (conn_) conn_->send({{"type", "ready"}, {"rank", opts_.rank}});
+}
+
+std::optional<engine::StepPlan> ControlWorker::next_plan() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return !plans_.empty() || gone_; });
+  if (plans_.empty()) return std::nullopt;
+  engine::StepPlan p = std::move(plans_.front());
+  plans_.pop_front();
+  return p;
+}
+
+void ControlWorker::stop() {
+  std::shared_ptr<Connection> c;
+  {
+    std::lock_guard lk(mu_);
+    if (!gone_) {
+      gone_ = true;
+      why_ = "stopped";
+    }
+    c = conn_;
+  }
+  cv_.notify_all();
+  asio::post(io_, [this] { heartbeat_.cancel(); });
+  if (c) c->close();
+}
+
+std::string ControlWorker::why() const {
+  std::lock_guard lk(mu_);
+  return why_;
+}
+
+}  // namespace inferd::cluster

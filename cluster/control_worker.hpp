@@ -1,0 +1,79 @@
+// A worker rank's end of the control plane: it connects to the head (retrying
+// while the head is not up yet), says hello with its rank and fingerprint, and
+// then hands the head's step plans to the rank's loop in order, with a
+// heartbeat every half second carrying how many plans it has finished.
+#pragma once
+#include <boost/asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "cluster/messages.hpp"
+
+namespace inferd::cluster {
+
+class Connection;
+
+// The head said no; what() is its reason.
+class Refused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct WorkerOptions {
+  std::string master_addr = "127.0.0.1";
+  uint16_t master_port = 29500;
+  int rank = 1;
+  Fingerprint fingerprint;
+  std::chrono::milliseconds heartbeat_interval{500};
+};
+
+class ControlWorker {
+ public:
+  explicit ControlWorker(WorkerOptions opts);
+  ~ControlWorker();
+  ControlWorker(const ControlWorker&) = delete;
+  ControlWorker& operator=(const ControlWorker&) = delete;
+
+  // Connects and is welcomed; returns this host's address as the head sees it
+  // reached (where the data plane should bind). Throws Refused with the head's
+  // reason, or std::runtime_error after `timeout` / once `cancelled` is true.
+  std::string join(std::chrono::milliseconds timeout, const std::function<bool()>& cancelled);
+  // The next plan, blocking; nullopt once the head has gone (why(): the reason)
+  // or stop() was called.
+  std::optional<engine::StepPlan> next_plan();
+  // Tells the head this rank's share of the model is loaded.
+  void ready();
+  void finished_step() { ++steps_; }
+  void stop();
+  std::string why() const;
+
+ private:
+  void on_message(boost::json::object m);
+  void on_close(const std::string& why);
+  void beat();
+
+  WorkerOptions opts_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  boost::asio::steady_timer heartbeat_;
+  std::thread thread_;
+  std::shared_ptr<Connection> conn_;
+  std::atomic<uint64_t> steps_{0};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool welcomed_ = false;
+  bool gone_ = false;
+  std::string why_;
+  std::deque<engine::StepPlan> plans_;
+};
+
+}  // namespace inferd::cluster

@@ -1,0 +1,118 @@
+#include "cluster/messages.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <stdexcept>
+#include <vector>
+
+namespace inferd::cluster {
+
+namespace json = boost::json;
+
+json::object Fingerprint::to_json() const {
+  return {{"model_bytes", model_bytes},
+          {"model_hash", model_hash},
+          {"tensor_parallel_size", tensor_parallel_size},
+          {"max_model_len", max_model_len},
+          {"max_num_batched_tokens", max_num_batched_tokens},
+          {"max_num_seqs", max_num_seqs},
+          {"block_size", block_size},
+          {"kv_cache_bytes", kv_cache_bytes},
+          {"device", device}};
+}
+
+Fingerprint Fingerprint::from_json(const json::object& o) {
+  Fingerprint f;
+  f.model_bytes = json::value_to<uint64_t>(o.at("model_bytes"));
+  f.model_hash = json::value_to<std::string>(o.at("model_hash"));
+  f.tensor_parallel_size = json::value_to<int>(o.at("tensor_parallel_size"));
+  f.max_model_len = json::value_to<int>(o.at("max_model_len"));
+  f.max_num_batched_tokens = json::value_to<int>(o.at("max_num_batched_tokens"));
+  f.max_num_seqs = json::value_to<int>(o.at("max_num_seqs"));
+  f.block_size = json::value_to<int>(o.at("block_size"));
+  f.kv_cache_bytes = json::value_to<uint64_t>(o.at("kv_cache_bytes"));
+  f.device = json::value_to<std::string>(o.at("device"));
+  return f;
+}
+
+std::optional<std::string> Fingerprint::differs(const Fingerprint& w, int rank) const {
+  auto diff = [&](std::string_view what, const auto& mine, const auto& theirs) -> std::optional<std::string> {
+    if (mine == theirs) return std::nullopt;
+    return fmt::format("{} differs: the head has {}, rank {} has {}", what, mine, rank, theirs);
+  };
+  if (auto d = diff("tensor_parallel_size", tensor_parallel_size, w.tensor_parallel_size)) return d;
+  if (auto d = diff("model file size", model_bytes, w.model_bytes)) return d;
+  if (auto d = diff("model file (hash of its header and tensor table)", model_hash, w.model_hash)) return d;
+  if (auto d = diff("max_model_len", max_model_len, w.max_model_len)) return d;
+  if (auto d = diff("max_num_batched_tokens", max_num_batched_tokens, w.max_num_batched_tokens)) return d;
+  if (auto d = diff("max_num_seqs", max_num_seqs, w.max_num_seqs)) return d;
+  if (auto d = diff("block_size", block_size, w.block_size)) return d;
+  if (auto d = diff("kv_cache_bytes", kv_cache_bytes, w.kv_cache_bytes)) return d;
+  return diff("device", device, w.device);
+}
+
+Fingerprint model_fingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::runtime_error("cannot open model file " + path);
+  Fingerprint f;
+  f.model_bytes = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  std::vector<char> head(std::min<uint64_t>(f.model_bytes, 1u << 20));
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  // Identity, not security: the ranks are trusted; a cheap hash catches a
+  // different file, quantization or version at the same size.
+  uint64_t h = 1469598103934665603ull;
+  for (char c : head) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  f.model_hash = fmt::format("{:016x}", h);
+  return f;
+}
+
+namespace {
+
+json::array ints(const std::vector<int32_t>& v) { return json::array(v.begin(), v.end()); }
+
+std::vector<int32_t> ints_from(const json::value& v, std::string_view field) {
+  if (!v.is_array()) throw std::invalid_argument(fmt::format("plan: {} is not an array", field));
+  std::vector<int32_t> out;
+  out.reserve(v.as_array().size());
+  for (const auto& x : v.as_array()) out.push_back(json::value_to<int32_t>(x));
+  return out;
+}
+
+}  // namespace
+
+json::object plan_to_json(const engine::StepPlan& plan) {
+  json::array seqs;
+  for (const auto& s : plan.seqs)
+    seqs.push_back(json::object{{"seq", s.seq},
+                                {"start", s.start},
+                                {"tokens", ints(s.tokens)},
+                                {"block_table", ints(s.block_table)},
+                                {"sample", s.sample}});
+  return {{"type", "plan"}, {"step", plan.step}, {"seqs", std::move(seqs)}};
+}
+
+engine::StepPlan plan_from_json(const json::object& o) {
+  try {
+    engine::StepPlan plan;
+    plan.step = json::value_to<uint64_t>(o.at("step"));
+    for (const auto& v : o.at("seqs").as_array()) {
+      const auto& s = v.as_object();
+      engine::ScheduledSeq seq;
+      seq.seq = json::value_to<uint64_t>(s.at("seq"));
+      seq.start = json::value_to<int32_t>(s.at("start"));
+      seq.tokens = ints_from(s.at("tokens"), "tokens");
+      seq.block_table = ints_from(s.at("block_table"), "block_table");
+      seq.sample = s.at("sample").as_bool();
+      plan.seqs.push_back(std::move(seq));
+    }
+    return plan;
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("plan: malformed: ") + e.what());
+  }
+}
+
+}  // namespace inferd::cluster

@@ -1,0 +1,45 @@
+// The control plane's messages between the head of a tensor-parallel group and
+// its workers: one JSON object per frame, {"type": ..., ...}. A frame is a
+// 4-byte big-endian length and that many bytes of JSON: plans are small (token
+// ids and block tables), and JSON keeps the wire readable in a capture.
+#pragma once
+#include <boost/json.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/sched/step_plan.hpp"
+
+namespace inferd::cluster {
+
+constexpr uint32_t kMaxFrameBytes = 64u << 20;  // a plan of 64k tokens is ~1 MiB
+
+// What every rank of a group must agree on before it may run a step with the
+// others: the model file (its size and a hash of its header and tensor table),
+// the group's size, and the engine settings that decide step shapes and the KV
+// cache. Anything else (threads, ports, log level) may differ.
+struct Fingerprint {
+  uint64_t model_bytes = 0;
+  std::string model_hash;  // FNV-1a 64 of the file's first MiB: header, metadata and tensor table
+  int tensor_parallel_size = 1;
+  int max_model_len = 0;
+  int max_num_batched_tokens = 0;
+  int max_num_seqs = 0;
+  int block_size = 0;
+  uint64_t kv_cache_bytes = 0;
+  std::string device;
+
+  boost::json::object to_json() const;
+  static Fingerprint from_json(const boost::json::object& o);
+  // The first difference, worded for both sides' logs ("model: head has ..., rank 1 has ..."); nullopt when equal.
+  std::optional<std::string> differs(const Fingerprint& worker, int worker_rank) const;
+};
+
+// Reads the model file's identity (size and header hash); throws naming the path.
+Fingerprint model_fingerprint(const std::string& model_path);
+
+boost::json::object plan_to_json(const engine::StepPlan& plan);
+// Throws std::invalid_argument naming the field when a frame is not a plan.
+engine::StepPlan plan_from_json(const boost::json::object& o);
+
+}  // namespace inferd::cluster

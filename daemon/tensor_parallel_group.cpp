@@ -1,0 +1,92 @@
+#include "daemon/tensor_parallel_group.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/config.hpp"
+#include "daemon/engine_host.hpp"
+#include "inferd_config.h"
+#if INFERD_HAVE_GLOO
+#include "comm/gloo_collectives.hpp"
+#include "comm/tcp_store.hpp"
+#else
+namespace inferd::comm {
+class StoreServer {};  // never made without Gloo; complete so HeadGroup can hold one
+}  // namespace inferd::comm
+#endif
+
+namespace inferd::daemon {
+
+namespace {
+
+// Long enough for every rank to load its share; a wedge is found by the step
+// deadlines and heartbeats, not by waiting this long.
+constexpr std::chrono::minutes kJoinTimeout{60};
+constexpr std::chrono::seconds kOpTimeout{300};
+
+// The data plane of CPU ranks. Config refuses tensor_parallel_size > 1 in a
+// build without Gloo, so the other branch is never reached from the daemon.
+std::unique_ptr<comm::Collectives> cpu_data_plane(const Config& cfg, int rank, const std::string& address) {
+#if INFERD_HAVE_GLOO
+  comm::GlooOptions o;
+  o.rank = rank;
+  o.size = cfg.engine.tensor_parallel_size;
+  o.store_host = cfg.parallel.master_addr;
+  o.store_port = static_cast<uint16_t>(cfg.parallel.master_port + 1);
+  o.hostname = address;
+  o.op_timeout = kOpTimeout;
+  return std::make_unique<comm::GlooCollectives>(o);
+#else
+  throw std::runtime_error("this build has no Gloo: CPU ranks cannot form a data plane");
+#endif
+}
+
+std::unique_ptr<comm::StoreServer> rendezvous_store(const Config& cfg) {
+#if INFERD_HAVE_GLOO
+  return std::make_unique<comm::StoreServer>(cfg.parallel.master_addr,
+                                             static_cast<uint16_t>(cfg.parallel.master_port + 1));
+#else
+  throw std::runtime_error("this build has no Gloo: no rendezvous store");
+#endif
+}
+
+}  // namespace
+
+cluster::Fingerprint group_fingerprint(const Config& cfg) {
+  cluster::Fingerprint f = cluster::model_fingerprint(cfg.model.path);
+  const engine::EngineOptions o = engine_options(cfg);
+  f.tensor_parallel_size = cfg.engine.tensor_parallel_size;
+  f.max_model_len = o.max_model_len;
+  f.max_num_batched_tokens = o.max_num_batched_tokens;
+  f.max_num_seqs = o.max_num_seqs;
+  f.block_size = o.block_size;
+  f.kv_cache_bytes = o.kv_cache_bytes;
+  f.device = cfg.engine.device;
+  return f;
+}
+
+HeadGroup::HeadGroup(const Config& cfg, const std::function<void(const std::string&)>& status,
+                     const std::function<bool()>& cancelled, std::function<void(int, const std::string&)> lost) {
+  const auto& p = cfg.parallel;
+  control_ = std::make_unique<cluster::ControlHead>(
+      cluster::HeadOptions{p.master_addr, static_cast<uint16_t>(p.master_port), cfg.engine.tensor_parallel_size,
+                           group_fingerprint(cfg), std::move(lost)});
+  store_ = rendezvous_store(cfg);
+  control_->wait_for_workers(false, kJoinTimeout, status, cancelled);
+  status("forming the data plane");
+  collectives_ = cpu_data_plane(cfg, 0, p.master_addr);
+  spdlog::info("tensor parallel: a group of {} formed (Gloo over TCP)", cfg.engine.tensor_parallel_size);
+}
+
+HeadGroup::~HeadGroup() = default;
+
+WorkerGroup::WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled) {
+  const auto& p = cfg.parallel;
+  control = std::make_unique<cluster::ControlWorker>(cluster::WorkerOptions{
+      p.master_addr, static_cast<uint16_t>(p.master_port), p.node_rank, group_fingerprint(cfg)});
+  const std::string address = control->join(kJoinTimeout, cancelled);
+  spdlog::info("tensor parallel: rank {} of {} joined the head at {}:{} (from {})", p.node_rank,
+               cfg.engine.tensor_parallel_size, p.master_addr, p.master_port, address);
+  collectives = cpu_data_plane(cfg, p.node_rank, address);
+}
+
+}  // namespace inferd::daemon

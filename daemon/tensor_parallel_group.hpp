@@ -1,0 +1,53 @@
+// The daemon's part in a tensor-parallel group (one rank per process): what the
+// ranks must agree on, the head's side (control plane, rendezvous store and data
+// plane, formed before its engine loads) and a worker's side (joining the head,
+// then the data plane). Ports: the control plane on master_port, the
+// rendezvous store of the data plane on master_port + 1.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cluster/control_head.hpp"
+#include "cluster/control_worker.hpp"
+#include "comm/collectives.hpp"
+
+namespace inferd::comm {
+class StoreServer;
+}
+
+namespace inferd::daemon {
+
+struct Config;
+
+cluster::Fingerprint group_fingerprint(const Config& cfg);
+
+// What the head holds while it serves: workers' control connections, the store
+// they met through and the data plane.
+class HeadGroup {
+ public:
+  // Listens, waits for every worker to join (`status` hears who has), then forms
+  // the data plane with them. Throws std::runtime_error saying what is missing.
+  // `lost` hears a worker that leaves after it joined.
+  HeadGroup(const Config& cfg, const std::function<void(const std::string&)>& status,
+            const std::function<bool()>& cancelled, std::function<void(int rank, const std::string& why)> lost);
+  ~HeadGroup();
+
+  cluster::ControlHead& control() { return *control_; }
+  comm::Collectives& collectives() { return *collectives_; }
+
+ private:
+  std::unique_ptr<cluster::ControlHead> control_;
+  std::unique_ptr<comm::StoreServer> store_;
+  std::unique_ptr<comm::Collectives> collectives_;
+};
+
+// A worker's: joins the head (refused: cluster::Refused with the head's reason),
+// then forms the data plane from the address it reached the head from.
+struct WorkerGroup {
+  WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled);
+  std::unique_ptr<cluster::ControlWorker> control;
+  std::unique_ptr<comm::Collectives> collectives;
+};
+
+}  // namespace inferd::daemon

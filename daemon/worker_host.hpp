@@ -1,0 +1,32 @@
+// A headless worker rank in the daemon: at Loading it joins the head and the
+// data plane and loads its share of the model; once Serving it runs the head's
+// step plans, in order, on its own thread, until the head goes (then the daemon
+// fails, and systemd restarts it to join again). It serves no API.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "daemon/tensor_parallel_group.hpp"
+#include "engine/rank_worker.hpp"
+
+namespace inferd::daemon {
+
+class Daemon;
+
+class WorkerHost {
+ public:
+  explicit WorkerHost(Daemon& daemon);
+  ~WorkerHost();
+
+ private:
+  void load(Daemon& d);
+  void run(Daemon& d);
+
+  std::unique_ptr<WorkerGroup> group_;
+  std::unique_ptr<engine::RankWorker> rank_;
+  std::atomic<bool> cancel_{false};
+  std::thread thread_;
+};
+
+}  // namespace inferd::daemon
