@@ -150,6 +150,16 @@ void ControlHead::send_plan(const engine::StepPlan& plan) {
     if (s.conn) s.conn->send(m);
 }
 
+void ControlHead::send_reform(int generation) {
+  std::lock_guard lk(mu_);
+  for (const auto& s : slots_)
+    if (s.state.rank > 0 && !s.conn)
+      throw std::runtime_error(fmt::format("worker rank {} is not connected", s.state.rank));
+  const json::object m{{"type", "reform"}, {"generation", generation}};
+  for (auto& s : slots_)
+    if (s.conn) s.conn->send(m);
+}
+
 std::vector<RankState> ControlHead::ranks() const {
   std::lock_guard lk(mu_);
   std::vector<RankState> out;

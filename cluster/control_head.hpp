@@ -57,6 +57,10 @@ class ControlHead {
                         const std::function<void(const std::string&)>& on_status, const std::function<bool()>& cancelled);
   // To every joined worker, in the order called (from the engine's thread).
   void send_plan(const engine::StepPlan& plan);
+  // Asks every worker to re-form the data plane as `generation` (each aborts
+  // what it is blocked in first). Throws std::runtime_error naming a worker
+  // rank that is not connected: it could never join.
+  void send_reform(int generation);
   std::vector<RankState> ranks() const;
 
  private:

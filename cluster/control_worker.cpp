@@ -69,9 +69,15 @@ void ControlWorker::on_message(json::object m) {
   } else if (t == "refuse") {
     gone_ = true;
     why_ = "refused: " + (m.contains("reason") ? json::value_to<std::string>(m.at("reason")) : std::string("no reason"));
+  } else if (t == "reform") {
+    const int generation = m.contains("generation") ? json::value_to<int>(m.at("generation")) : 0;
+    spdlog::warn("control plane: the head re-forms the group as generation {}", generation);
+    orders_.clear();
+    orders_.push_back(Order{{}, generation});
+    if (opts_.on_reform) opts_.on_reform(generation);
   } else if (t == "plan") {
     try {
-      plans_.push_back(plan_from_json(m));
+      orders_.push_back(Order{plan_from_json(m), -1});
     } catch (const std::exception& e) {
       spdlog::error("control plane: {}", e.what());
       gone_ = true;
@@ -107,13 +113,13 @@ void ControlWorker::ready() {
   if (conn_) conn_->send({{"type", "ready"}, {"rank", opts_.rank}});
 }
 
-std::optional<engine::StepPlan> ControlWorker::next_plan() {
+std::optional<Order> ControlWorker::next() {
   std::unique_lock lk(mu_);
-  cv_.wait(lk, [&] { return !plans_.empty() || gone_; });
-  if (plans_.empty()) return std::nullopt;
-  engine::StepPlan p = std::move(plans_.front());
-  plans_.pop_front();
-  return p;
+  cv_.wait(lk, [&] { return !orders_.empty() || gone_; });
+  if (gone_ || orders_.empty()) return std::nullopt;
+  Order o = std::move(orders_.front());
+  orders_.pop_front();
+  return o;
 }
 
 void ControlWorker::stop() {

@@ -34,6 +34,16 @@ struct WorkerOptions {
   int rank = 1;
   Fingerprint fingerprint;
   std::chrono::milliseconds heartbeat_interval{500};
+  // The head is re-forming the group: called on the control plane's thread as
+  // the order arrives, so the rank can abort a collective it is blocked in.
+  std::function<void(int generation)> on_reform;
+};
+
+// What the head asks of a worker next: run a plan, or re-form the group's data
+// plane under a new generation (plans sent before it are dropped).
+struct Order {
+  engine::StepPlan plan;
+  int reform = -1;  // the generation to re-form as; -1: run `plan`
 };
 
 class ControlWorker {
@@ -47,9 +57,9 @@ class ControlWorker {
   // reached (where the data plane should bind). Throws Refused with the head's
   // reason, or std::runtime_error after `timeout` / once `cancelled` is true.
   std::string join(std::chrono::milliseconds timeout, const std::function<bool()>& cancelled);
-  // The next plan, blocking; nullopt once the head has gone (why(): the reason)
-  // or stop() was called.
-  std::optional<engine::StepPlan> next_plan();
+  // The next order, blocking; nullopt once the head has gone (why(): the
+  // reason) or stop() was called.
+  std::optional<Order> next();
   // Tells the head this rank's share of the model is loaded.
   void ready();
   void finished_step() { ++steps_; }
@@ -73,7 +83,7 @@ class ControlWorker {
   bool welcomed_ = false;
   bool gone_ = false;
   std::string why_;
-  std::deque<engine::StepPlan> plans_;
+  std::deque<Order> orders_;
 };
 
 }  // namespace inferd::cluster

@@ -87,9 +87,11 @@ void EngineHost::load(Daemon& d) {
   if (const int n = cfg.engine.tensor_parallel_size; n > 1) {
     // The head is rank 0: its workers join and the data plane forms before the
     // load, so every rank loads its share at once.
-    // A worker that leaves breaks the group: re-forming it in place is not
-    // built yet, so the head fails (every request in flight gets its answer)
-    // and its restart re-forms the group with the workers' restarts.
+    // A worker that leaves breaks the group: re-forming it with a restarted
+    // worker is not built yet, so the head fails (every request in flight gets
+    // its answer) and its restart re-forms the group with the workers'
+    // restarts. A stalled worker (its connection open) is a wedge the
+    // supervisor recovers in place: the engine's reset re-forms the group.
     group_ = std::make_unique<HeadGroup>(
         cfg, [&d](const std::string& s) { d.lifecycle().set_activity(s); }, [&d] { return d.stopping(); },
         [&d](int rank, const std::string& why) {
@@ -97,6 +99,7 @@ void EngineHost::load(Daemon& d) {
         });
     opts.tp = {0, n, &group_->collectives()};
     opts.on_plan = [&control = group_->control()](const engine::StepPlan& plan) { control.send_plan(plan); };
+    opts.reform_group = [g = group_.get()](const std::string& why) { g->reform(why); };
   }
   auto eng = std::make_shared<engine::Engine>(opts, &d.heartbeat());
   if (group_) {

@@ -79,10 +79,20 @@ HeadGroup::HeadGroup(const Config& cfg, const std::function<void(const std::stri
 
 HeadGroup::~HeadGroup() = default;
 
-WorkerGroup::WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled) {
+void HeadGroup::reform(const std::string& why) {
+  ++generation_;
+  spdlog::warn("tensor parallel: re-forming the group as generation {} ({})", generation_, why);
+  control_->send_reform(generation_);
+  collectives_->reinit(generation_);
+  spdlog::info("tensor parallel: generation {} formed", generation_);
+}
+
+WorkerGroup::WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled,
+                         std::function<void(int)> on_reform) {
   const auto& p = cfg.parallel;
-  control = std::make_unique<cluster::ControlWorker>(cluster::WorkerOptions{
-      p.master_addr, static_cast<uint16_t>(p.master_port), p.node_rank, group_fingerprint(cfg)});
+  cluster::WorkerOptions o{p.master_addr, static_cast<uint16_t>(p.master_port), p.node_rank, group_fingerprint(cfg)};
+  o.on_reform = std::move(on_reform);
+  control = std::make_unique<cluster::ControlWorker>(std::move(o));
   const std::string address = control->join(kJoinTimeout, cancelled);
   spdlog::info("tensor parallel: rank {} of {} joined the head at {}:{} (from {})", p.node_rank,
                cfg.engine.tensor_parallel_size, p.master_addr, p.master_port, address);

@@ -35,8 +35,13 @@ class HeadGroup {
 
   cluster::ControlHead& control() { return *control_; }
   comm::Collectives& collectives() { return *collectives_; }
+  // After an abort: every rank re-forms the data plane under the next
+  // generation (the workers are told over the control plane). Blocks until all
+  // have; throws std::runtime_error (or comm::CollectiveError) when one cannot.
+  void reform(const std::string& why);
 
  private:
+  int generation_ = 0;
   std::unique_ptr<cluster::ControlHead> control_;
   std::unique_ptr<comm::StoreServer> store_;
   std::unique_ptr<comm::Collectives> collectives_;
@@ -45,7 +50,8 @@ class HeadGroup {
 // A worker's: joins the head (refused: cluster::Refused with the head's reason),
 // then forms the data plane from the address it reached the head from.
 struct WorkerGroup {
-  WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled);
+  // `on_reform` hears the head's order to re-form, on the control plane's thread.
+  WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled, std::function<void(int)> on_reform);
   std::unique_ptr<cluster::ControlWorker> control;
   std::unique_ptr<comm::Collectives> collectives;
 };

@@ -23,7 +23,11 @@ void WorkerHost::load(Daemon& d) {
   const Config& cfg = d.config();
   d.lifecycle().set_activity("joining the head at " + cfg.parallel.master_addr + ":" +
                              std::to_string(cfg.parallel.master_port));
-  group_ = std::make_unique<WorkerGroup>(cfg, [&d] { return d.stopping(); });
+  group_ = std::make_unique<WorkerGroup>(cfg, [&d] { return d.stopping(); }, [this](int generation) {
+    // A collective this rank is blocked in returns, so the loop reaches the order.
+    if (auto* c = collectives_.load()) c->abort("the head re-forms the group as generation " + std::to_string(generation));
+  });
+  collectives_ = group_->collectives.get();
   d.lifecycle().set_activity("loading this rank's share of the model");
   engine::EngineOptions opts = engine_options(cfg);
   opts.tp = {cfg.parallel.node_rank, cfg.engine.tensor_parallel_size, group_->collectives.get()};
@@ -35,10 +39,25 @@ void WorkerHost::load(Daemon& d) {
 }
 
 void WorkerHost::run(Daemon& d) {
-  while (auto plan = group_->control->next_plan()) {
-    d.heartbeat().begin_step(plan->work());
+  while (auto order = group_->control->next()) {
+    if (order->reform >= 0) {
+      try {
+        group_->collectives->reinit(order->reform);
+        spdlog::info("tensor parallel: rank {} is in generation {}", d.config().parallel.node_rank, order->reform);
+      } catch (const std::exception& e) {
+        if (cancel_) return;
+        d.fail(std::string("re-forming the group failed: ") + e.what());
+        return;
+      }
+      continue;
+    }
+    d.heartbeat().begin_step(order->plan.work());
     try {
-      rank_->execute(*plan);
+      rank_->execute(order->plan);
+    } catch (const comm::CollectiveError& e) {
+      // The group broke under this step (the head aborted it, or a peer went):
+      // the head's order to re-form follows, or its connection closes.
+      spdlog::warn("worker step aborted: {}", e.what());
     } catch (const std::exception& e) {
       d.heartbeat().end_step();
       if (cancel_) return;

@@ -24,6 +24,7 @@ class WorkerHost {
   void run(Daemon& d);
 
   std::unique_ptr<WorkerGroup> group_;
+  std::atomic<comm::Collectives*> collectives_{nullptr};  // set once joined; read by the control plane's thread
   std::unique_ptr<engine::RankWorker> rank_;
   std::atomic<bool> cancel_{false};
   std::thread thread_;

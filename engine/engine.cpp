@@ -235,9 +235,18 @@ void Engine::loop() {
       if (heartbeat_ && inbox_.empty() && scheduler_->idle()) heartbeat_->set_idle();
       cv_.wait(lk, [&] { return stopping_ || reset_reason_ || !inbox_.empty() || !scheduler_->idle(); });
       if (reset_reason_) {
-        do_reset(*reset_reason_);
+        const std::string reason = *reset_reason_;
+        do_reset(reason);
+        bool ok = true;
+        if (opts_.reform_group) {
+          // Outside the lock: re-forming waits for every rank, and submit() must not.
+          lk.unlock();
+          ok = reform_group(reason);
+          lk.lock();
+        }
         reset_reason_.reset();
         abort_step_ = false;
+        last_reset_ok_ = ok;
         ++resets_done_;
         reset_cv_.notify_all();
       }
@@ -287,8 +296,21 @@ bool Engine::reset(const std::string& reason, std::chrono::milliseconds timeout)
   const uint64_t target = resets_done_ + 1;
   reset_reason_ = reason;
   abort_step_ = true;
+  // A step blocked in a collective (a peer stalled or gone) returns at once.
+  if (opts_.tp.comm) opts_.tp.comm->abort("engine reset: " + reason);
   cv_.notify_all();
-  return reset_cv_.wait_for(lk, timeout, [&] { return resets_done_ >= target || stopping_; }) && !stopping_;
+  return reset_cv_.wait_for(lk, timeout, [&] { return resets_done_ >= target || stopping_; }) && !stopping_ &&
+         last_reset_ok_;
+}
+
+bool Engine::reform_group(const std::string& reason) {
+  try {
+    opts_.reform_group(reason);
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::error("engine reset: the tensor-parallel group did not re-form: {}", e.what());
+    return false;
+  }
 }
 
 void Engine::release_held() {
@@ -370,6 +392,12 @@ void Engine::step() {
     spdlog::warn("engine step cancelled by a reset");
     return;
   } catch (const std::exception& e) {
+    if (abort_step_.load()) {
+      // A reset aborted the group's collective this step was in: as above.
+      if (heartbeat_) heartbeat_->end_step();
+      spdlog::warn("engine step aborted by a reset: {}", e.what());
+      return;
+    }
     // A failing step must not take the process down: fail what was in it.
     spdlog::error("engine step failed: {}", e.what());
     if (heartbeat_) heartbeat_->end_step();

@@ -58,6 +58,10 @@ struct EngineOptions {
   // Hears each step's plan just before the head runs it: the group's workers
   // must run every plan, in the same order (the daemon sends them on).
   std::function<void(const StepPlan&)> on_plan;
+  // With a group: run on the step thread during each reset (after reset()
+  // aborted the data plane): re-forms the group on every rank, or throws; then
+  // the reset fails (reset() returns false) and the caller escalates.
+  std::function<void(const std::string& reason)> reform_group;
   // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
   LoadProgressFn on_load_progress;
@@ -192,6 +196,7 @@ class Engine {
   void loop();
   void take_inbox();                         // step loop; mu_ held
   void do_reset(const std::string& reason);  // step loop; mu_ held
+  bool reform_group(const std::string& reason);  // step loop; mu_ not held
   void drop_expired();
   void step();
   void stall_if_armed();
@@ -224,6 +229,7 @@ class Engine {
   bool stopping_ = false;
   std::optional<std::string> reset_reason_;  // a reset the step loop has yet to do
   uint64_t resets_done_ = 0;
+  bool last_reset_ok_ = true;  // the last reset re-formed the group (always, without one)
   std::condition_variable reset_cv_;
   std::deque<std::unique_ptr<Live>> held_;
   std::atomic<bool> abort_step_{false};

@@ -2,11 +2,15 @@
 head (node rank 0) serving the API and its headless worker running its plans.
 The same greedy completions as a single-rank daemon; a worker that does not
 match the head is refused, with the reason on both sides."""
+import json
+import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
+import requests
 
 from conftest import INFERD, Daemon, default_model, free_port
 
@@ -48,11 +52,12 @@ def group():
     """group(n, worker_args=()) -> head Daemon; the workers are stopped at teardown."""
     procs = []
 
-    def _start(n, worker_extra=(), wait=True):
+    def _start(n, worker_extra=(), head_extra=(), wait=True):
         port = free_port_pair()
         workers = [Daemon(RANK + group_args(n, r, port) + list(worker_extra)) for r in range(1, n)]
         procs.extend(workers)
-        head = Daemon(RANK + group_args(n, 0, port), wait_state="Serving" if wait else None, timeout=300)
+        head = Daemon(RANK + group_args(n, 0, port) + list(head_extra), wait_state="Serving" if wait else None,
+                      timeout=300)
         procs.append(head)
         return head, workers
 
@@ -114,3 +119,54 @@ def test_inconsistent_group_flags_are_refused_at_start(args, message):
     r = subprocess.run([str(INFERD), "--model", default_model()] + args, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
+
+
+def test_a_stopped_worker_is_a_wedge_the_head_recovers_in_place(group):
+    """SIGSTOP a worker mid-stream: the head's step waits in an all-reduce, its
+    step deadline calls it a wedge, the reset aborts the collective, and the
+    stream ends with a visible error. The head's health endpoints keep answering.
+    After SIGCONT the group re-forms under a new generation, re-warms and serves."""
+    head, (worker,) = group(2, head_extra=["--step-deadline-floor", "2"])
+    model = head.get("/v1/models").json()["data"][0]["id"]
+    events, started = [], threading.Event()
+
+    def stream():
+        with requests.post(head.url + "/v1/completions", stream=True, timeout=120, json={
+                "model": model, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
+                "ignore_eos": True, "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith(b"data: "):
+                    events.append(line[6:].decode())
+                    started.set()
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert started.wait(60)
+    worker.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    slowest = 0.0
+    try:
+        while head.state() != "Recovering":
+            assert time.monotonic() - stopped < 30, head.output()
+            t0 = time.monotonic()
+            assert head.get("/health/live", timeout=5).status_code == 200
+            slowest = max(slowest, time.monotonic() - t0)
+            time.sleep(0.1)
+        detected = time.monotonic() - stopped
+        for _ in range(10):  # still answering while the reset waits for the stopped rank
+            t0 = time.monotonic()
+            assert head.get("/health/live", timeout=5).status_code == 200
+            assert head.get("/metrics", timeout=5).status_code == 200
+            slowest = max(slowest, time.monotonic() - t0)
+            time.sleep(0.1)
+    finally:
+        worker.signal(signal.SIGCONT)
+    head.wait_for("Serving", timeout=180)
+    t.join(timeout=60)
+    assert events[-1] == "[DONE]"
+    assert "interrupted by a recovery" in json.loads(events[-2])["error"]["message"]
+    assert "re-forming the group as generation 1" in head.output()
+    assert "rank 1 is in generation 1" in worker.output()
+    assert complete(head, "The capital of France is")["text"]
+    print(f"detected after {detected:.2f} s; slowest health answer {slowest * 1000:.0f} ms")
+    assert slowest < 2.0
