@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <optional>
+
 #include "cluster/connection.hpp"
 
 namespace inferd::cluster {
@@ -73,6 +75,7 @@ void ControlHead::on_message(const std::shared_ptr<Connection>& c, const json::o
     if (auto d = opts_.fingerprint.differs(theirs, rank)) return refuse(*d);
     Slot& s = slots_[rank];
     if (s.state.joined && s.conn && s.conn != c) return refuse(fmt::format("rank {} has already joined from {}", rank, s.state.peer));
+    if (!s.state.peer.empty()) spdlog::info("control plane: rank {} rejoins", rank);
     s.conn = c;
     s.state.joined = true;
     s.state.peer = c->peer();
@@ -105,6 +108,7 @@ void ControlHead::on_close(const std::shared_ptr<Connection>& c, const std::stri
       spdlog::warn("control plane: rank {} ({}) left: {}", s.state.rank, s.state.peer, why);
       s.conn.reset();
       s.state.joined = s.state.ready = false;
+      if (broken_.empty()) broken_ = fmt::format("worker rank {} left: {}", s.state.rank, why);
       lost = s.state.rank;
     }
   }
@@ -158,6 +162,20 @@ void ControlHead::send_reform(int generation) {
   const json::object m{{"type", "reform"}, {"generation", generation}};
   for (auto& s : slots_)
     if (s.conn) s.conn->send(m);
+  broken_.clear();
+}
+
+std::optional<std::string> ControlHead::trouble(std::chrono::milliseconds silence) const {
+  std::lock_guard lk(mu_);
+  const auto now = Clock::now();
+  if (!broken_.empty()) return broken_;
+  for (const auto& s : slots_) {
+    if (s.state.rank == 0) continue;
+    if (s.conn && now - s.heard > silence)
+      return fmt::format("worker rank {} silent for {:.1f} s", s.state.rank,
+                         std::chrono::duration<double>(now - s.heard).count());
+  }
+  return std::nullopt;
 }
 
 std::vector<RankState> ControlHead::ranks() const {

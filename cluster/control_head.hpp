@@ -57,10 +57,15 @@ class ControlHead {
                         const std::function<void(const std::string&)>& on_status, const std::function<bool()>& cancelled);
   // To every joined worker, in the order called (from the engine's thread).
   void send_plan(const engine::StepPlan& plan);
-  // Asks every worker to re-form the data plane as `generation` (each aborts
-  // what it is blocked in first). Throws std::runtime_error naming a worker
-  // rank that is not connected: it could never join.
+  // Orders every worker to form the data plane as `generation`: the first
+  // order a worker gets after joining, and after an abort the order to re-form
+  // (each aborts what it is blocked in first). Throws std::runtime_error naming
+  // a worker rank that is not connected: it could never join.
   void send_reform(int generation);
+  // What is wrong with the group, if anything: a worker has left since the
+  // group last formed (even if it has rejoined: the data plane is still
+  // broken), or one is silent for longer than `silence` (stopped, or cut off).
+  std::optional<std::string> trouble(std::chrono::milliseconds silence) const;
   std::vector<RankState> ranks() const;
 
  private:
@@ -79,6 +84,7 @@ class ControlHead {
     std::shared_ptr<Connection> conn;
     std::chrono::steady_clock::time_point heard;
   };
+  std::string broken_;  // why the group broke since it last formed: a worker left
   std::vector<Slot> slots_;  // index = rank; slot 0 is the head itself
 };
 

@@ -61,6 +61,13 @@ EngineHost::EngineHost(Daemon& daemon) {
         {.served_model_name = daemon.config().model_name(), .api_key = daemon.config().server.api_key}));
 }
 
+std::optional<health::Signal> EngineHost::group_signal() const {
+  const HeadGroup* g = group_ptr_.load();
+  if (!g) return std::nullopt;
+  const auto trouble = g->trouble();
+  return health::Signal{"group", trouble ? health::Level::Critical : health::Level::Ok, trouble.value_or("")};
+}
+
 EngineHost::~EngineHost() {
   // A step waiting in a collective for a worker that has gone must return.
   if (group_) group_->collectives().abort("the head is stopping");
@@ -87,19 +94,20 @@ void EngineHost::load(Daemon& d) {
   if (const int n = cfg.engine.tensor_parallel_size; n > 1) {
     // The head is rank 0: its workers join and the data plane forms before the
     // load, so every rank loads its share at once.
-    // A worker that leaves breaks the group: re-forming it with a restarted
-    // worker is not built yet, so the head fails (every request in flight gets
-    // its answer) and its restart re-forms the group with the workers'
-    // restarts. A stalled worker (its connection open) is a wedge the
-    // supervisor recovers in place: the engine's reset re-forms the group.
+    // A worker that leaves breaks the group: a step waiting on it returns at
+    // once, and the supervisor's "group" monitor calls for a recovery, whose
+    // reset re-forms the group once the worker's restart has rejoined. A
+    // stalled worker (its connection open) is a wedge recovered the same way.
     group_ = std::make_unique<HeadGroup>(
         cfg, [&d](const std::string& s) { d.lifecycle().set_activity(s); }, [&d] { return d.stopping(); },
-        [&d](int rank, const std::string& why) {
-          if (!d.stopping()) d.fail("tensor-parallel worker rank " + std::to_string(rank) + " left: " + why);
+        [this](int rank, const std::string& why) {
+          if (auto* g = group_ptr_.load()) g->collectives().abort("worker rank " + std::to_string(rank) + " left: " + why);
         });
+    group_ptr_ = group_.get();
     opts.tp = {0, n, &group_->collectives()};
     opts.on_plan = [&control = group_->control()](const engine::StepPlan& plan) { control.send_plan(plan); };
-    opts.reform_group = [g = group_.get()](const std::string& why) { g->reform(why); };
+    opts.reform_group = [g = group_.get(), rejoin = std::chrono::milliseconds(cfg.health.reset_timeout_ms)](
+                            const std::string& why) { g->reform(why, rejoin); };
   }
   auto eng = std::make_shared<engine::Engine>(opts, &d.heartbeat());
   if (group_) {

@@ -5,8 +5,10 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <optional>
 
 #include "engine/engine.hpp"
+#include "health/signal.hpp"
 
 namespace inferd::daemon {
 
@@ -24,12 +26,16 @@ class EngineHost {
   ~EngineHost();
 
   std::shared_ptr<engine::Engine> engine() const { return engine_.load(); }
+  // With tensor_parallel_size > 1: the group's health (a worker gone or
+  // silent is critical); nullopt for a single rank.
+  std::optional<health::Signal> group_signal() const;
 
  private:
   void load(Daemon& d);
   // Set by the start-up thread, read by HTTP threads.
   std::atomic<std::shared_ptr<engine::Engine>> engine_;
   std::unique_ptr<HeadGroup> group_;  // with tensor_parallel_size > 1: the workers and the data plane
+  std::atomic<HeadGroup*> group_ptr_{nullptr};  // the same, for the supervisor's and control plane's threads
   Gauge* load_progress_;
   Gauge* load_bytes_;
   Gauge* weights_bytes_;

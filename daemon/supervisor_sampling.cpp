@@ -194,6 +194,7 @@ MonitorSample HealthSampler::sample(bool pressure_now) {
     step_deadline_.record_step(duration_cast<nanoseconds>(hb.last_step()), hb.last_work());
   }
   out.signals.push_back(step_obs_.get(now, all, [&] { return step_deadline_.sample(); }).signal);
+  if (auto group = engines_.group_signal()) out.signals.push_back(*group);
   if (probe_failed_.exchange(false)) out.signals.push_back(probe_.signal());
   return out;
 }

@@ -22,10 +22,14 @@ namespace {
 // deadlines and heartbeats, not by waiting this long.
 constexpr std::chrono::minutes kJoinTimeout{60};
 constexpr std::chrono::seconds kOpTimeout{300};
+// Workers beat every 0.5 s on the control plane, which runs on its own thread
+// whatever their engine does: 5 s of silence is a stopped or cut-off rank.
+constexpr std::chrono::seconds kSilence{5};
 
 // The data plane of CPU ranks. Config refuses tensor_parallel_size > 1 in a
 // build without Gloo, so the other branch is never reached from the daemon.
-std::unique_ptr<comm::Collectives> cpu_data_plane(const Config& cfg, int rank, const std::string& address) {
+std::unique_ptr<comm::Collectives> cpu_data_plane(const Config& cfg, int rank, const std::string& address,
+                                                  int generation) {
 #if INFERD_HAVE_GLOO
   comm::GlooOptions o;
   o.rank = rank;
@@ -34,7 +38,7 @@ std::unique_ptr<comm::Collectives> cpu_data_plane(const Config& cfg, int rank, c
   o.store_port = static_cast<uint16_t>(cfg.parallel.master_port + 1);
   o.hostname = address;
   o.op_timeout = kOpTimeout;
-  return std::make_unique<comm::GlooCollectives>(o);
+  return std::make_unique<comm::GlooCollectives>(o, generation);
 #else
   throw std::runtime_error("this build has no Gloo: CPU ranks cannot form a data plane");
 #endif
@@ -73,15 +77,19 @@ HeadGroup::HeadGroup(const Config& cfg, const std::function<void(const std::stri
   store_ = rendezvous_store(cfg);
   control_->wait_for_workers(false, kJoinTimeout, status, cancelled);
   status("forming the data plane");
-  collectives_ = cpu_data_plane(cfg, 0, p.master_addr);
+  control_->send_reform(generation_);
+  collectives_ = cpu_data_plane(cfg, 0, p.master_addr, generation_);
   spdlog::info("tensor parallel: a group of {} formed (Gloo over TCP)", cfg.engine.tensor_parallel_size);
 }
 
 HeadGroup::~HeadGroup() = default;
 
-void HeadGroup::reform(const std::string& why) {
+std::optional<std::string> HeadGroup::trouble() const { return control_->trouble(kSilence); }
+
+void HeadGroup::reform(const std::string& why, std::chrono::milliseconds rejoin) {
   ++generation_;
   spdlog::warn("tensor parallel: re-forming the group as generation {} ({})", generation_, why);
+  control_->wait_for_workers(false, rejoin, {}, {});
   control_->send_reform(generation_);
   collectives_->reinit(generation_);
   spdlog::info("tensor parallel: generation {} formed", generation_);
@@ -96,7 +104,13 @@ WorkerGroup::WorkerGroup(const Config& cfg, const std::function<bool()>& cancell
   const std::string address = control->join(kJoinTimeout, cancelled);
   spdlog::info("tensor parallel: rank {} of {} joined the head at {}:{} (from {})", p.node_rank,
                cfg.engine.tensor_parallel_size, p.master_addr, p.master_port, address);
-  collectives = cpu_data_plane(cfg, p.node_rank, address);
+  // The head's first order names the generation to form: 0 for a new group, a
+  // later one for a worker that rejoins a group re-forming without it.
+  const auto first = control->next();
+  if (!first || first->reform < 0)
+    throw std::runtime_error("the head sent no order to form the data plane: " + control->why());
+  collectives = cpu_data_plane(cfg, p.node_rank, address, first->reform);
+  spdlog::info("tensor parallel: rank {} is in generation {}", p.node_rank, first->reform);
 }
 
 }  // namespace inferd::daemon

@@ -4,7 +4,9 @@
 // then the data plane). Ports: the control plane on master_port, the
 // rendezvous store of the data plane on master_port + 1.
 #pragma once
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -31,14 +33,17 @@ class HeadGroup {
   // `lost` hears a worker that leaves after it joined.
   HeadGroup(const Config& cfg, const std::function<void(const std::string&)>& status,
             const std::function<bool()>& cancelled, std::function<void(int rank, const std::string& why)> lost);
+  // Critical when a worker has left or gone silent (the supervisor's "group" monitor).
+  std::optional<std::string> trouble() const;
   ~HeadGroup();
 
   cluster::ControlHead& control() { return *control_; }
   comm::Collectives& collectives() { return *collectives_; }
   // After an abort: every rank re-forms the data plane under the next
-  // generation (the workers are told over the control plane). Blocks until all
-  // have; throws std::runtime_error (or comm::CollectiveError) when one cannot.
-  void reform(const std::string& why);
+  // generation (the workers are told over the control plane), a worker that
+  // left having rejoined first (within `rejoin`). Blocks until all have; throws
+  // std::runtime_error (or comm::CollectiveError) when one cannot.
+  void reform(const std::string& why, std::chrono::milliseconds rejoin);
 
  private:
   int generation_ = 0;

@@ -233,7 +233,10 @@ void Engine::loop() {
     {
       std::unique_lock lk(mu_);
       if (heartbeat_ && inbox_.empty() && scheduler_->idle()) heartbeat_->set_idle();
-      cv_.wait(lk, [&] { return stopping_ || reset_reason_ || !inbox_.empty() || !scheduler_->idle(); });
+      // A broken group runs nothing until a reset re-forms it.
+      cv_.wait(lk, [&] {
+        return stopping_ || reset_reason_ || (!group_broken_ && (!inbox_.empty() || !scheduler_->idle()));
+      });
       if (reset_reason_) {
         const std::string reason = *reset_reason_;
         do_reset(reason);
@@ -246,6 +249,7 @@ void Engine::loop() {
         }
         reset_reason_.reset();
         abort_step_ = false;
+        group_broken_ = !ok;
         last_reset_ok_ = ok;
         ++resets_done_;
         reset_cv_.notify_all();
@@ -390,6 +394,15 @@ void Engine::step() {
     // A reset abandoned the step: the reset decides what becomes of its requests.
     if (heartbeat_) heartbeat_->end_step();
     spdlog::warn("engine step cancelled by a reset");
+    return;
+  } catch (const comm::CollectiveError& e) {
+    // The group broke under this step (a rank left, or the data plane was
+    // aborted): nothing runs until a reset re-forms it, and the reset decides
+    // what becomes of this step's requests, as for a wedge.
+    if (heartbeat_) heartbeat_->end_step();
+    spdlog::error("engine step: the tensor-parallel group broke: {}", e.what());
+    std::lock_guard lk(mu_);
+    group_broken_ = true;
     return;
   } catch (const std::exception& e) {
     if (abort_step_.load()) {

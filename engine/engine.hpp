@@ -230,6 +230,7 @@ class Engine {
   std::optional<std::string> reset_reason_;  // a reset the step loop has yet to do
   uint64_t resets_done_ = 0;
   bool last_reset_ok_ = true;  // the last reset re-formed the group (always, without one)
+  bool group_broken_ = false;  // a collective failed: no step runs until a reset re-forms the group
   std::condition_variable reset_cv_;
   std::deque<std::unique_ptr<Live>> held_;
   std::atomic<bool> abort_step_{false};

@@ -55,6 +55,8 @@ def group():
     def _start(n, worker_extra=(), head_extra=(), wait=True):
         port = free_port_pair()
         workers = [Daemon(RANK + group_args(n, r, port) + list(worker_extra)) for r in range(1, n)]
+        for w in workers:
+            w.args = RANK + group_args(n, w_rank(w, workers), port) + list(worker_extra)
         procs.extend(workers)
         head = Daemon(RANK + group_args(n, 0, port) + list(head_extra), wait_state="Serving" if wait else None,
                       timeout=300)
@@ -64,6 +66,10 @@ def group():
     yield _start
     for d in reversed(procs):
         d.stop()
+
+
+def w_rank(w, workers):
+    return workers.index(w) + 1
 
 
 def complete(d, prompt):
@@ -170,3 +176,45 @@ def test_a_stopped_worker_is_a_wedge_the_head_recovers_in_place(group):
     assert complete(head, "The capital of France is")["text"]
     print(f"detected after {detected:.2f} s; slowest health answer {slowest * 1000:.0f} ms")
     assert slowest < 2.0
+
+
+def test_a_killed_worker_that_restarts_rejoins_and_the_group_reforms(group):
+    """SIGKILL a worker mid-stream (its host crashed): the head's step fails at
+    once, the supervisor's group monitor calls for a recovery, and the restarted
+    worker (as systemd would restart it) rejoins the re-formed group; the head
+    serves again without restarting. The stream ends with a visible error."""
+    head, (worker,) = group(2)
+    model = head.get("/v1/models").json()["data"][0]["id"]
+    events, started = [], threading.Event()
+
+    def stream():
+        with requests.post(head.url + "/v1/completions", stream=True, timeout=120, json={
+                "model": model, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
+                "ignore_eos": True, "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith(b"data: "):
+                    events.append(line[6:].decode())
+                    started.set()
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert started.wait(60)
+    worker.signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    restarted = Daemon(worker.args)
+    try:
+        head.wait_for("Serving", timeout=5)  # not yet: first it must notice
+    except TimeoutError:
+        pass
+    deadline = time.monotonic() + 120
+    while "recovered in" not in head.output():
+        assert time.monotonic() < deadline and head.proc.poll() is None, head.output()
+        time.sleep(0.2)
+    head.wait_for("Serving", timeout=60)
+    t.join(timeout=60)
+    assert events[-1] == "[DONE]" and "error" in json.loads(events[-2])
+    assert "group: worker rank 1 left" in head.output()
+    assert "rank 1 rejoins" in head.output()
+    assert "rank 1 is in generation 1" in restarted.output()
+    assert complete(head, "The capital of France is")["text"]
+    restarted.stop()
