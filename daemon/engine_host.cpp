@@ -55,6 +55,22 @@ EngineHost::EngineHost(Daemon& daemon) {
   weights_bytes_ = &m.gauge("inferd_model_weights_bytes", "Bytes of the model's weights: the load's total.");
   load_seconds_ = &m.gauge("inferd_load_seconds", "Seconds the model load took; set when it ends.");
   daemon.set_load_hook([this](Daemon& d) { load(d); });
+  // Each rank of a tensor-parallel group, as the head sees it (nothing for a single rank).
+  auto per_rank = [this](auto field, int first_rank = 0) {
+    return [this, field, first_rank] {
+      std::vector<Metrics::Sample> out;
+      if (const HeadGroup* g = group_ptr_.load())
+        for (const auto& r : g->control().ranks())
+          if (r.rank >= first_rank) out.push_back({{{"rank", std::to_string(r.rank)}}, field(r)});
+      return out;
+    };
+  };
+  m.add_collector("inferd_tp_rank_joined", "1 for each rank of the tensor-parallel group that is connected.",
+                  MetricType::Gauge, per_rank([](const cluster::RankState& r) { return r.joined ? 1.0 : 0.0; }));
+  m.add_collector("inferd_tp_rank_steps_total", "Steps each worker rank reports it has run.", MetricType::Counter,
+                  per_rank([](const cluster::RankState& r) { return static_cast<double>(r.steps); }, 1));
+  m.add_collector("inferd_tp_rank_heard_seconds", "Seconds since each worker rank's last control-plane message.",
+                  MetricType::Gauge, per_rank([](const cluster::RankState& r) { return r.heard_ago_s; }, 1));
   if (HttpServer* http = daemon.http())
     daemon.set_in_flight_ender(register_openai_routes(
         *http, daemon.lifecycle(), daemon.metrics(), [this] { return engine_.load(); },

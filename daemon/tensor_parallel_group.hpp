@@ -38,6 +38,7 @@ class HeadGroup {
   ~HeadGroup();
 
   cluster::ControlHead& control() { return *control_; }
+  const cluster::ControlHead& control() const { return *control_; }
   comm::Collectives& collectives() { return *collectives_; }
   // After an abort: every rank re-forms the data plane under the next
   // generation (the workers are told over the control plane), a worker that

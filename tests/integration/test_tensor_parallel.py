@@ -98,8 +98,13 @@ def test_tp2_gives_the_single_rank_greedy_completions(start_daemon, group):
         assert len(top) == 2 and top[0] - top[1] < 0.75, (prompt, ta, tb, i, top)
         diverged += 1
     assert diverged <= len(PROMPTS) // 3, f"{diverged} of {len(PROMPTS)} completions differ"
-    # Both ranks ran every step: the worker's log names its share.
+    # Both ranks ran every step: the worker's log names its share, and the
+    # head's /metrics show each rank.
     assert "worker rank 1 of 2" in workers[0].output()
+    metrics = head.get("/metrics").text
+    assert 'inferd_tp_rank_joined{rank="0"} 1' in metrics and 'inferd_tp_rank_joined{rank="1"} 1' in metrics
+    steps = next(l for l in metrics.splitlines() if l.startswith('inferd_tp_rank_steps_total{rank="1"}'))
+    assert float(steps.split()[-1]) > 0
 
 
 def test_a_worker_with_another_configuration_is_refused_with_the_reason_on_both_sides(group):
