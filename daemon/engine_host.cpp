@@ -69,6 +69,17 @@ EngineHost::EngineHost(Daemon& daemon) {
                   MetricType::Gauge, per_rank([](const cluster::RankState& r) { return r.joined ? 1.0 : 0.0; }));
   m.add_collector("inferd_tp_rank_steps_total", "Steps each worker rank reports it has run.", MetricType::Counter,
                   per_rank([](const cluster::RankState& r) { return static_cast<double>(r.steps); }, 1));
+  auto head_timing = [this](auto field) {
+    return [this, field] {
+      const HeadGroup* g = group_ptr_.load();
+      return g ? std::vector<Metrics::Sample>{{{}, field(g->timing())}} : std::vector<Metrics::Sample>{};
+    };
+  };
+  m.add_collector("inferd_tp_collective_seconds_total",
+                  "Seconds the head's rank spent in collectives (all-reduce, all-gather), waiting for peers included.",
+                  MetricType::Counter, head_timing([](const comm::TimedCollectives& t) { return t.seconds(); }));
+  m.add_collector("inferd_tp_collectives_total", "Collectives the head's rank has called.", MetricType::Counter,
+                  head_timing([](const comm::TimedCollectives& t) { return static_cast<double>(t.calls()); }));
   m.add_collector("inferd_tp_rank_heard_seconds", "Seconds since each worker rank's last control-plane message.",
                   MetricType::Gauge, per_rank([](const cluster::RankState& r) { return r.heard_ago_s; }, 1));
   if (HttpServer* http = daemon.http())

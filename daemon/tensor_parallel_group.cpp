@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "comm/timed_collectives.hpp"
 #include "daemon/config.hpp"
 #include "daemon/engine_host.hpp"
 #include "inferd_config.h"
@@ -78,7 +79,7 @@ HeadGroup::HeadGroup(const Config& cfg, const std::function<void(const std::stri
   control_->wait_for_workers(false, kJoinTimeout, status, cancelled);
   status("forming the data plane");
   control_->send_reform(generation_);
-  collectives_ = cpu_data_plane(cfg, 0, p.master_addr, generation_);
+  collectives_ = std::make_unique<comm::TimedCollectives>(cpu_data_plane(cfg, 0, p.master_addr, generation_));
   spdlog::info("tensor parallel: a group of {} formed (Gloo over TCP)", cfg.engine.tensor_parallel_size);
 }
 

@@ -13,6 +13,7 @@
 #include "cluster/control_head.hpp"
 #include "cluster/control_worker.hpp"
 #include "comm/collectives.hpp"
+#include "comm/timed_collectives.hpp"
 
 namespace inferd::comm {
 class StoreServer;
@@ -40,6 +41,7 @@ class HeadGroup {
   cluster::ControlHead& control() { return *control_; }
   const cluster::ControlHead& control() const { return *control_; }
   comm::Collectives& collectives() { return *collectives_; }
+  const comm::TimedCollectives& timing() const { return *collectives_; }
   // After an abort: every rank re-forms the data plane under the next
   // generation (the workers are told over the control plane), a worker that
   // left having rejoined first (within `rejoin`). Blocks until all have; throws
@@ -50,7 +52,7 @@ class HeadGroup {
   int generation_ = 0;
   std::unique_ptr<cluster::ControlHead> control_;
   std::unique_ptr<comm::StoreServer> store_;
-  std::unique_ptr<comm::Collectives> collectives_;
+  std::unique_ptr<comm::TimedCollectives> collectives_;
 };
 
 // A worker's: joins the head (refused: cluster::Refused with the head's reason),
