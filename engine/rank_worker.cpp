@@ -4,6 +4,10 @@
 
 #include "engine/executor.hpp"
 #include "engine/gguf_reader.hpp"
+#include "faults/fault_points.hpp"
+
+#include <chrono>
+#include <thread>
 
 namespace inferd::engine {
 
@@ -25,6 +29,26 @@ RankWorker::~RankWorker() = default;
 
 const KvGeometry& RankWorker::kv_geometry() const { return kv_->geometry(); }
 
-void RankWorker::execute(const StepPlan& plan) { executor_->execute(plan, logits_); }
+// Fault point "rank.cold_shape=B[:MS]": this rank's first decode step of batch
+// B stalls MS ms (default 8000) before it runs, as a kernel compiled lazily on
+// a shape's first use would, while its peers wait in the step's first
+// all-reduce: the trap a warm-up exists for. Once per process.
+void RankWorker::stall_on_cold_shape(const StepPlan& plan) {
+  static const faults::FaultPoint cold("rank.cold_shape");
+  if (!cold.armed() || cold_stalled_ || !plan.decode_only()) return;
+  const std::string v = cold.value();
+  const auto colon = v.find(':');
+  const size_t batch = v.empty() ? 1 : std::stoul(v.substr(0, colon));
+  const long ms = colon == std::string::npos ? 8000 : std::stol(v.substr(colon + 1));
+  if (plan.seqs.size() != batch) return;
+  cold_stalled_ = true;
+  spdlog::warn("fault point rank.cold_shape: the first decode step of batch {} stalls {} ms on this rank", batch, ms);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+void RankWorker::execute(const StepPlan& plan) {
+  stall_on_cold_shape(plan);
+  executor_->execute(plan, logits_);
+}
 
 }  // namespace inferd::engine

@@ -31,6 +31,9 @@ class RankWorker {
   void set_cancel_flag(const std::atomic<bool>* cancel) { backend_->set_cancel_flag(cancel); }
 
  private:
+  void stall_on_cold_shape(const StepPlan& plan);
+
+  bool cold_stalled_ = false;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<Model> model_;

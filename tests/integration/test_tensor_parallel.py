@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from conftest import INFERD, Daemon, default_model, free_port
+from conftest import INFERD, Daemon, default_model, free_port, needs_faults
 
 PROMPTS = [
     "The capital of France is",
@@ -52,9 +52,9 @@ def group():
     """group(n, worker_args=()) -> head Daemon; the workers are stopped at teardown."""
     procs = []
 
-    def _start(n, worker_extra=(), head_extra=(), wait=True):
+    def _start(n, worker_extra=(), head_extra=(), wait=True, worker_env=None):
         port = free_port_pair()
-        workers = [Daemon(RANK + group_args(n, r, port) + list(worker_extra)) for r in range(1, n)]
+        workers = [Daemon(RANK + group_args(n, r, port) + list(worker_extra), env=worker_env) for r in range(1, n)]
         for w in workers:
             w.args = RANK + group_args(n, w_rank(w, workers), port) + list(worker_extra)
         procs.extend(workers)
@@ -223,3 +223,35 @@ def test_a_killed_worker_that_restarts_rejoins_and_the_group_reforms(group):
     assert "rank 1 is in generation 1" in restarted.output()
     assert complete(head, "The capital of France is")["text"]
     restarted.stop()
+
+
+@needs_faults
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_rank_stalling_on_a_cold_shape_wedges_the_group_only_without_warm_up(group, warm):
+    """The trap inferd exists for: a worker stalls on the first use of a shape
+    (a lazy kernel compile) while the head waits in the all-reduce. Without the
+    warm-up the first request that reaches that shape wedges the group (found,
+    recovered); with it the stall happens while warming and serving never
+    wedges."""
+    head, (worker,) = group(2, head_extra=["--step-deadline-floor", "2"] + ([] if warm else ["--no-warmup"]),
+                            worker_env={"INFERD_FAULTS": "rank.cold_shape=1:5000"})
+    if warm:
+        assert "fault point rank.cold_shape" in worker.output()  # it stalled while warming
+    for prompt in PROMPTS[:3]:
+        model = head.get("/v1/models").json()["data"][0]["id"]
+        head.post("/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 8, "temperature": 0},
+                  timeout=120)
+    if warm:
+        # The monitors saw the stall while warming, when no decision acts;
+        # once serving, nothing.
+        serving = head.output().split("Warming -> Serving")[-1]
+        assert "wedge suspected" not in serving and "Recovering" not in serving
+    else:
+        deadline = time.monotonic() + 120
+        while "recovered in" not in head.output():
+            assert time.monotonic() < deadline and head.proc.poll() is None, head.output()
+            time.sleep(0.2)
+        assert "wedge suspected" in head.output()
+        assert "fault point rank.cold_shape" in worker.output()
+        head.wait_for("Serving", timeout=60)
+        assert complete(head, "The capital of France is")["text"]
