@@ -72,6 +72,27 @@ def w_rank(w, workers):
     return workers.index(w) + 1
 
 
+def long_stream(head):
+    """A 400-token streamed completion on its own thread, once its first event
+    has arrived: (thread, the SSE data lines so far)."""
+    model = head.get("/v1/models").json()["data"][0]["id"]
+    events, started = [], threading.Event()
+
+    def stream():
+        with requests.post(head.url + "/v1/completions", stream=True, timeout=120, json={
+                "model": model, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
+                "ignore_eos": True, "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith(b"data: "):
+                    events.append(line[6:].decode())
+                    started.set()
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert started.wait(60)
+    return t, events
+
+
 def complete(d, prompt):
     model = d.get("/v1/models").json()["data"][0]["id"]
     r = d.post("/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0,
@@ -138,21 +159,7 @@ def test_a_stopped_worker_is_a_wedge_the_head_recovers_in_place(group):
     stream ends with a visible error. The head's health endpoints keep answering.
     After SIGCONT the group re-forms under a new generation, re-warms and serves."""
     head, (worker,) = group(2, head_extra=["--step-deadline-floor", "2"])
-    model = head.get("/v1/models").json()["data"][0]["id"]
-    events, started = [], threading.Event()
-
-    def stream():
-        with requests.post(head.url + "/v1/completions", stream=True, timeout=120, json={
-                "model": model, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
-                "ignore_eos": True, "stream": True}) as r:
-            for line in r.iter_lines():
-                if line.startswith(b"data: "):
-                    events.append(line[6:].decode())
-                    started.set()
-
-    t = threading.Thread(target=stream)
-    t.start()
-    assert started.wait(60)
+    t, events = long_stream(head)
     worker.signal(signal.SIGSTOP)
     stopped = time.monotonic()
     slowest = 0.0
@@ -189,21 +196,7 @@ def test_a_killed_worker_that_restarts_rejoins_and_the_group_reforms(group):
     worker (as systemd would restart it) rejoins the re-formed group; the head
     serves again without restarting. The stream ends with a visible error."""
     head, (worker,) = group(2)
-    model = head.get("/v1/models").json()["data"][0]["id"]
-    events, started = [], threading.Event()
-
-    def stream():
-        with requests.post(head.url + "/v1/completions", stream=True, timeout=120, json={
-                "model": model, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
-                "ignore_eos": True, "stream": True}) as r:
-            for line in r.iter_lines():
-                if line.startswith(b"data: "):
-                    events.append(line[6:].decode())
-                    started.set()
-
-    t = threading.Thread(target=stream)
-    t.start()
-    assert started.wait(60)
+    t, events = long_stream(head)
     worker.signal(signal.SIGKILL)
     worker.wait(timeout=10)
     restarted = Daemon(worker.args)
