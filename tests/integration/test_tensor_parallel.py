@@ -3,6 +3,7 @@ head (node rank 0) serving the API and its headless worker running its plans.
 The same greedy completions as a single-rank daemon; a worker that does not
 match the head is refused, with the reason on both sides."""
 import json
+import secrets
 import signal
 import socket
 import subprocess
@@ -248,3 +249,81 @@ def test_a_rank_stalling_on_a_cold_shape_wedges_the_group_only_without_warm_up(g
         assert "fault point rank.cold_shape" in worker.output()
         head.wait_for("Serving", timeout=60)
         assert complete(head, "The capital of France is")["text"]
+
+
+@pytest.fixture
+def worker_node(tmp_path):
+    """A second "node": a network namespace joined to this one by a veth pair,
+    each end with its own address and interface name. Yields (head address,
+    run(cmd) -> Popen inside the namespace, its log path)."""
+    tag = secrets.token_hex(3)
+    ns, head_if, node_if = f"inferd-{tag}", f"ifh{tag}", f"ifw{tag}"
+    net = f"10.{77 + int(tag[:2], 16) % 100}.{int(tag[2:4], 16)}"
+    setup = [["ip", "netns", "add", ns],
+             ["ip", "link", "add", head_if, "type", "veth", "peer", "name", node_if],
+             ["ip", "link", "set", node_if, "netns", ns],
+             ["ip", "addr", "add", f"{net}.1/24", "dev", head_if],
+             ["ip", "link", "set", head_if, "up"],
+             ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.2/24", "dev", node_if],
+             ["ip", "netns", "exec", ns, "ip", "link", "set", node_if, "up"],
+             ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]]
+    for cmd in setup:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["ip", "link", "del", head_if], capture_output=True)
+            pytest.skip(f"cannot create a network namespace here ({' '.join(cmd)}: {r.stderr.strip()})")
+    procs = []
+    log_path = tmp_path / "worker.log"
+
+    def run(args):
+        log = open(log_path, "w")
+        p = subprocess.Popen(["ip", "netns", "exec", ns, str(INFERD)] + args, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(p)
+        return p
+
+    yield f"{net}.1", head_if, run, log_path
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    subprocess.run(["ip", "link", "del", head_if], capture_output=True)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_two_nodes_in_namespaces_survive_a_cut_data_link(worker_node, start_daemon, tmp_path):
+    """Head here, worker in its own network namespace across a veth pair. The
+    group forms across the link (the worker's data plane binds to its own
+    address); the link goes down mid-stream: the head finds the wedge, aborts,
+    and the group re-forms once the link is back; the head serves again."""
+    address, head_if, run, worker_log = worker_node
+    port = free_port_pair()
+    config = tmp_path / "head.toml"
+    config.write_text("[health]\nreset_timeout_ms = 60000\n")  # room for the link to come back
+    group = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", address, "--master-port", str(port)]
+    worker = run(RANK + group + ["--node-rank", "1", "--headless"])
+    head = start_daemon(["--config", str(config)] + RANK + group + ["--step-deadline-floor", "2"], timeout=300)
+    assert f"(from {address[:-1]}2)" in worker_log.read_text()
+    assert complete(head, "The capital of France is")["text"]
+    t, events = long_stream(head)
+    subprocess.run(["ip", "link", "set", head_if, "down"], check=True)
+    try:
+        deadline = time.monotonic() + 60
+        while head.state() != "Recovering":
+            assert time.monotonic() < deadline and worker.poll() is None, head.output()
+            time.sleep(0.1)
+        time.sleep(2)
+    finally:
+        subprocess.run(["ip", "link", "set", head_if, "up"], check=True)
+    deadline = time.monotonic() + 180
+    while "recovered in" not in head.output():
+        assert time.monotonic() < deadline and head.proc.poll() is None, head.output() + worker_log.read_text()
+        time.sleep(0.2)
+    head.wait_for("Serving", timeout=60)
+    t.join(timeout=60)
+    assert events[-1] == "[DONE]" and "error" in json.loads(events[-2])
+    assert "rank 1 is in generation 1" in worker_log.read_text()
+    assert complete(head, "The capital of France is")["text"]
