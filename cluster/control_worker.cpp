@@ -25,10 +25,14 @@ ControlWorker::~ControlWorker() {
 
 std::string ControlWorker::join(std::chrono::milliseconds timeout, const std::function<bool()>& cancelled) {
   const auto until = Clock::now() + timeout;
+  auto stop_asked = [&] {
+    std::lock_guard lk(mu_);
+    return stopped_ || (cancelled && cancelled());
+  };
   asio::ip::tcp::resolver resolver(io_);
   std::string last_error;
   for (;;) {
-    if (cancelled && cancelled()) throw std::runtime_error("stopped while joining the head");
+    if (stop_asked()) throw std::runtime_error("stopped while joining the head");
     if (Clock::now() >= until)
       throw std::runtime_error(fmt::format("the head at {}:{} did not answer within {} s (last: {})", opts_.master_addr,
                                            opts_.master_port, timeout.count() / 1000, last_error));
@@ -42,22 +46,43 @@ std::string ControlWorker::join(std::chrono::milliseconds timeout, const std::fu
       continue;
     }
     auto c = std::make_shared<Connection>(std::move(socket));
+    std::shared_ptr<Connection> old;
     {
+      // A new connection: what the previous one carried (a welcome, orders,
+      // why it went) belongs to a head that has gone.
       std::lock_guard lk(mu_);
-      conn_ = c;
-      gone_ = false;
+      old = std::exchange(conn_, c);
+      gone_ = welcomed_ = false;
+      why_.clear();
+      orders_.clear();
     }
-    c->start([this](json::object m) { on_message(std::move(m)); }, [this](const std::string& why) { on_close(why); });
+    if (old) old->close();
+    c->start([this, c](json::object m) { if (current(c)) on_message(std::move(m)); },
+             [this, c](const std::string& why) { if (current(c)) on_close(why); });
     c->send({{"type", "hello"}, {"rank", opts_.rank}, {"fingerprint", opts_.fingerprint.to_json()}});
     std::unique_lock lk(mu_);
-    cv_.wait_until(lk, until, [&] { return welcomed_ || gone_; });
+    while (!welcomed_ && !gone_ && Clock::now() < until && !stopped_) {
+      cv_.wait_for(lk, std::chrono::milliseconds(200));
+      lk.unlock();
+      const bool cancel = cancelled && cancelled();
+      lk.lock();
+      if (cancel) break;
+    }
     if (welcomed_) {
-      asio::post(io_, [this] { beat(); });
+      asio::post(io_, [this] {
+        heartbeat_.cancel();  // one chain of beats, whichever connection came before
+        beat();
+      });
       return c->local_address();
     }
     if (!why_.empty() && why_.rfind("refused: ", 0) == 0) throw Refused(why_.substr(9));
     last_error = why_.empty() ? "no answer to hello" : why_;
   }
+}
+
+bool ControlWorker::current(const std::shared_ptr<Connection>& c) const {
+  std::lock_guard lk(mu_);
+  return conn_ == c;
 }
 
 void ControlWorker::on_message(json::object m) {
@@ -126,6 +151,7 @@ void ControlWorker::stop() {
   std::shared_ptr<Connection> c;
   {
     std::lock_guard lk(mu_);
+    stopped_ = true;
     if (!gone_) {
       gone_ = true;
       why_ = "stopped";

@@ -55,7 +55,9 @@ class ControlWorker {
 
   // Connects and is welcomed; returns this host's address as the head sees it
   // reached (where the data plane should bind). Throws Refused with the head's
-  // reason, or std::runtime_error after `timeout` / once `cancelled` is true.
+  // reason, or std::runtime_error after `timeout` / once `cancelled` is true or
+  // stop() was called. Called again after the head has gone, it joins afresh
+  // (a restarted head), dropping what the old connection had brought.
   std::string join(std::chrono::milliseconds timeout, const std::function<bool()>& cancelled);
   // The next order, blocking; nullopt once the head has gone (why(): the
   // reason) or stop() was called.
@@ -70,6 +72,7 @@ class ControlWorker {
   void on_message(boost::json::object m);
   void on_close(const std::string& why);
   void beat();
+  bool current(const std::shared_ptr<Connection>& c) const;  // messages of a replaced connection are ignored
 
   WorkerOptions opts_;
   boost::asio::io_context io_;
@@ -82,6 +85,7 @@ class ControlWorker {
   std::condition_variable cv_;
   bool welcomed_ = false;
   bool gone_ = false;
+  bool stopped_ = false;
   std::string why_;
   std::deque<Order> orders_;
 };

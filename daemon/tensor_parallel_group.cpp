@@ -54,6 +54,15 @@ std::unique_ptr<comm::StoreServer> rendezvous_store(const Config& cfg) {
 #endif
 }
 
+// The head's first order to a worker names the generation to form: 0 for a new
+// group, a later one for a worker that rejoins a group re-forming.
+int first_order(cluster::ControlWorker& control) {
+  const auto first = control.next();
+  if (!first || first->reform < 0)
+    throw std::runtime_error("the head sent no order to form the data plane: " + control.why());
+  return first->reform;
+}
+
 }  // namespace
 
 cluster::Fingerprint group_fingerprint(const Config& cfg) {
@@ -105,13 +114,16 @@ WorkerGroup::WorkerGroup(const Config& cfg, const std::function<bool()>& cancell
   const std::string address = control->join(kJoinTimeout, cancelled);
   spdlog::info("tensor parallel: rank {} of {} joined the head at {}:{} (from {})", p.node_rank,
                cfg.engine.tensor_parallel_size, p.master_addr, p.master_port, address);
-  // The head's first order names the generation to form: 0 for a new group, a
-  // later one for a worker that rejoins a group re-forming without it.
-  const auto first = control->next();
-  if (!first || first->reform < 0)
-    throw std::runtime_error("the head sent no order to form the data plane: " + control->why());
-  collectives = cpu_data_plane(cfg, p.node_rank, address, first->reform);
-  spdlog::info("tensor parallel: rank {} is in generation {}", p.node_rank, first->reform);
+  const int generation = first_order(*control);
+  collectives = cpu_data_plane(cfg, p.node_rank, address, generation);
+  spdlog::info("tensor parallel: rank {} is in generation {}", p.node_rank, generation);
+}
+
+void WorkerGroup::rejoin(const std::function<bool()>& cancelled) {
+  control->join(kJoinTimeout, cancelled);
+  const int generation = first_order(*control);
+  collectives->reinit(generation);
+  spdlog::info("tensor parallel: rejoined; this rank is in generation {}", generation);
 }
 
 }  // namespace inferd::daemon

@@ -60,6 +60,9 @@ class HeadGroup {
 struct WorkerGroup {
   // `on_reform` hears the head's order to re-form, on the control plane's thread.
   WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled, std::function<void(int)> on_reform);
+  // After the head has gone: joins its restart (the model stays loaded) and
+  // re-forms the data plane at the generation its first order names.
+  void rejoin(const std::function<bool()>& cancelled);
   std::unique_ptr<cluster::ControlWorker> control;
   std::unique_ptr<comm::Collectives> collectives;
 };

@@ -39,15 +39,35 @@ void WorkerHost::load(Daemon& d) {
 }
 
 void WorkerHost::run(Daemon& d) {
+  const auto cancelled = [this, &d] { return cancel_.load() || d.stopping(); };
+  for (;;) {
+    if (!run_orders(d)) return;
+    if (cancelled()) return;
+    // The head has gone (restarted, say): this rank keeps its share of the
+    // model and joins the head's restart, as the group's restart would.
+    spdlog::warn("tensor parallel: {}; rejoining", group_->control->why());
+    d.lifecycle().set_activity("rejoining the head");
+    try {
+      group_->rejoin(cancelled);
+      group_->control->ready();
+      d.lifecycle().set_activity("");
+    } catch (const std::exception& e) {
+      if (!cancelled()) d.fail(std::string("rejoining the head failed: ") + e.what());
+      return;
+    }
+  }
+}
+
+bool WorkerHost::run_orders(Daemon& d) {
   while (auto order = group_->control->next()) {
     if (order->reform >= 0) {
       try {
         group_->collectives->reinit(order->reform);
         spdlog::info("tensor parallel: rank {} is in generation {}", d.config().parallel.node_rank, order->reform);
       } catch (const std::exception& e) {
-        if (cancel_) return;
+        if (cancel_) return false;
         d.fail(std::string("re-forming the group failed: ") + e.what());
-        return;
+        return false;
       }
       continue;
     }
@@ -60,14 +80,14 @@ void WorkerHost::run(Daemon& d) {
       spdlog::warn("worker step aborted: {}", e.what());
     } catch (const std::exception& e) {
       d.heartbeat().end_step();
-      if (cancel_) return;
+      if (cancel_) return false;
       d.fail(std::string("worker step failed: ") + e.what());
-      return;
+      return false;
     }
     d.heartbeat().end_step();
     group_->control->finished_step();
   }
-  if (!cancel_ && !d.stopping()) d.fail(group_->control->why());
+  return true;
 }
 
 }  // namespace inferd::daemon

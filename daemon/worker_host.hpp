@@ -1,7 +1,7 @@
 // A headless worker rank in the daemon: at Loading it joins the head and the
 // data plane and loads its share of the model; once Serving it runs the head's
-// step plans, in order, on its own thread, until the head goes (then the daemon
-// fails, and systemd restarts it to join again). It serves no API.
+// step plans, in order, on its own thread. When the head goes it keeps its
+// share of the model and joins the head's restart. It serves no API.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -22,6 +22,8 @@ class WorkerHost {
  private:
   void load(Daemon& d);
   void run(Daemon& d);
+  // Runs the head's orders until it goes (true) or this rank fails or stops (false).
+  bool run_orders(Daemon& d);
 
   std::unique_ptr<WorkerGroup> group_;
   std::atomic<comm::Collectives*> collectives_{nullptr};  // set once joined; read by the control plane's thread

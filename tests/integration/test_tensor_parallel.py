@@ -251,6 +251,22 @@ def test_a_rank_stalling_on_a_cold_shape_wedges_the_group_only_without_warm_up(g
         assert complete(head, "The capital of France is")["text"]
 
 
+def test_a_restarted_head_re_forms_the_group_with_the_running_worker(group):
+    """SIGKILL the head: its worker keeps its share of the model loaded and
+    joins the head's restart, which forms the group anew and serves."""
+    head, (worker,) = group(2)
+    head_args = list(head.proc.args[5:])  # past inferd --host H --port P
+    head.signal(signal.SIGKILL)
+    head.wait(timeout=30)
+    again = Daemon(head_args, wait_state="Serving", timeout=300)
+    try:
+        assert worker.proc.poll() is None
+        assert "rejoined; this rank is in generation 0" in worker.output()
+        assert complete(again, "The capital of France is")["text"]
+    finally:
+        again.stop()
+
+
 @pytest.fixture
 def worker_node(tmp_path):
     """A second "node": a network namespace joined to this one by a veth pair,
