@@ -1,5 +1,7 @@
 #include "comm/gloo_collectives.hpp"
 
+#include "comm/group_checks.hpp"
+
 #include <net/if.h>
 
 #include <cstdint>
@@ -46,17 +48,10 @@ void fail_pairs(gloo::Context& ctx) {
   }
 }
 
-void check_count(size_t n, size_t ranks, const std::string& where) {
-  if (n > std::numeric_limits<size_t>::max() / sizeof(float) / ranks)
-    throw std::invalid_argument(where + ": " + std::to_string(n) + " floats is too many");
-}
-
 }  // namespace
 
 GlooCollectives::GlooCollectives(GlooOptions options, int generation) : opt_(std::move(options)) {
-  if (opt_.size < 1 || opt_.rank < 0 || opt_.rank >= opt_.size)
-    throw std::invalid_argument("gloo collectives: rank " + std::to_string(opt_.rank) + " is not in a group of " +
-                                std::to_string(opt_.size));
+  check_rank(opt_.rank, opt_.size, "gloo collectives");
   // Checked here for a clear message (gloo's own check also leaks a little).
   if (!opt_.iface.empty() && if_nametoindex(opt_.iface.c_str()) == 0)
     throw CollectiveError("gloo collectives on rank " + std::to_string(opt_.rank) + ": no network interface " +

@@ -1,5 +1,7 @@
 #include "comm/nccl_collectives.hpp"
 
+#include "comm/group_checks.hpp"
+
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -28,17 +30,10 @@ void cuda_check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
 }
 
-void check_count(size_t n, size_t ranks, const std::string& where) {
-  if (n > std::numeric_limits<size_t>::max() / sizeof(float) / ranks)
-    throw std::invalid_argument(where + ": " + std::to_string(n) + " floats is too many");
-}
-
 }  // namespace
 
 NcclCollectives::NcclCollectives(NcclOptions options, int generation) : opt_(std::move(options)) {
-  if (opt_.size < 1 || opt_.rank < 0 || opt_.rank >= opt_.size)
-    throw std::invalid_argument("nccl collectives: rank " + std::to_string(opt_.rank) + " is not in a group of " +
-                                std::to_string(opt_.size));
+  check_rank(opt_.rank, opt_.size, "nccl collectives");
   try {
     const std::string dev = "CUDA device " + std::to_string(opt_.device);
     cuda_check(cudaSetDevice(opt_.device), dev);

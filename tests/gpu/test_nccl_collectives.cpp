@@ -8,6 +8,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "tests/comm_errors.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +33,9 @@ using inferd::comm::NcclCollectives;
 using inferd::comm::NcclOptions;
 using inferd::comm::StoreServer;
 using Clock = std::chrono::steady_clock;
+
+using comm_test::contains;
+using comm_test::error_of;
 
 namespace {
 
@@ -76,17 +81,7 @@ NcclOptions options(const StoreServer& server, int rank, int size, int device) {
   return o;
 }
 
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const CollectiveError& e) {
-    return e.what();
-  }
-  return "";
-}
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -5,6 +5,8 @@
 // has a finite timeout, so a failing test still ends and joins its threads.
 #include <doctest/doctest.h>
 
+#include "tests/comm_errors.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -27,6 +29,9 @@ using inferd::comm::GlooOptions;
 using inferd::comm::StoreServer;
 using Clock = std::chrono::steady_clock;
 using Group = std::vector<std::unique_ptr<GlooCollectives>>;
+
+using comm_test::contains;
+using comm_test::error_of;
 
 namespace {
 
@@ -86,17 +91,7 @@ bool all_reduce_ok(Group& g, size_t n) {
   return true;
 }
 
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const CollectiveError& e) {
-    return e.what();
-  }
-  return "";
-}
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -3,6 +3,8 @@
 // (timeout, no server, server gone, interrupt, garbage on the wire).
 #include <doctest/doctest.h>
 
+#include "tests/comm_errors.hpp"
+
 #include <chrono>
 #include <future>
 #include <memory>
@@ -25,21 +27,14 @@ using inferd::comm::StoreServer;
 using inferd::comm::TcpStore;
 using Clock = std::chrono::steady_clock;
 
+using comm_test::contains;
+using comm_test::error_of;
+
 namespace {
 
 std::vector<char> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<char>& v) { return {v.begin(), v.end()}; }
 
-// The message of the CollectiveError that `fn` throws ("" if none).
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const CollectiveError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
