@@ -4,7 +4,10 @@
 // one per thread for the scores, with an online softmax (running max and sum)
 // so a context of any length needs no score row in memory. Decode steps have
 // few (token, kv head) pairs: their positions are split over several blocks
-// (flash decoding) and the partial results combined by a second kernel.
+// (flash decoding) and the partial results combined by a second kernel. Each
+// token's slices follow from its own position (cuda_ops.hpp, AttnSplit), read
+// on the device, so one launch serves every context length: a captured decode
+// step replays at any position.
 //
 // Against the CPU backend: queries are rounded to the cache's precision as it
 // does; the probabilities are not rounded to f16 (the CPU rounds them after a
@@ -20,8 +23,13 @@
 namespace inferd::kernels::cuda {
 namespace {
 
-constexpr int kChunk = 128;            // positions per pass; also the threads per block
-constexpr int kMinSplitPositions = kChunk;  // a split slice is never shorter
+constexpr int kChunk = 128;  // positions per pass; also the threads per block; a slice's granule
+
+// The positions of each slice of a token at `pos`: at most `target` slices of whole chunks.
+__host__ __device__ inline int32_t slice_len(int32_t pos, int target) {
+  const int32_t per = (pos + target) / target;  // ceil((pos + 1) / target)
+  return (per + kChunk - 1) / kChunk * kChunk;
+}
 
 template <class T>
 __device__ inline void load8(const T* p, float (&v)[8]) {
@@ -49,10 +57,16 @@ __host__ __device__ inline int64_t smem_floats(int group, int hd) {
   return (int64_t(2) * group * hd + int64_t(group) * kChunk + 3 * group + 1) / 2 * 2;
 }
 
+// A slice past the token's context: its queries' partial results are empty (l = 0).
+__device__ inline void empty_slice(int64_t t, int kvh, int group, int n_heads, int splits, int split, float2* part_ml) {
+  for (int g = threadIdx.x; g < group; g += blockDim.x)
+    part_ml[(t * n_heads + int64_t(kvh) * group + g) * splits + split] = make_float2(-INFINITY, 0.0f);
+}
+
 template <class T>
 __global__ __launch_bounds__(kChunk) void attention_kernel(KvLayerView kv, const AttnToken* toks, const float* q,
-                                                           int n_heads, float scale, int splits, int32_t split_len,
-                                                           float* out, float* part_acc, float2* part_ml) {
+                                                           int n_heads, float scale, int target, float* out,
+                                                           float* part_acc, float2* part_ml) {
   extern __shared__ float smem[];
   const int hd = kv.head_dim, n_kv = kv.n_kv_heads, group = n_heads / n_kv, bs = kv.block_size;
   float* qs = smem;
@@ -65,11 +79,13 @@ __global__ __launch_bounds__(kChunk) void attention_kernel(KvLayerView kv, const
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = kChunk / 32;
   const int64_t t = blockIdx.x;
-  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int32_t pos = toks[t].pos;
   const int32_t* bt = toks[t].block_table;
-  const int32_t p_begin = split * split_len;
-  const int32_t p_end = min(p_begin + split_len, pos + 1);
+  const int32_t len = slice_len(pos, target);
+  const int32_t p_begin = split * len;
+  if (p_begin > pos) return empty_slice(t, kvh, group, n_heads, splits, split, part_ml);
+  const int32_t p_end = min(p_begin + len, pos + 1);
   const float* qt = q + (t * n_heads + int64_t(kvh) * group) * hd;
 
   for (int i = tid; i < group * hd; i += kChunk) {
@@ -160,8 +176,8 @@ constexpr int kUnroll = 4;
 
 template <class T, int HD, int G>
 __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const AttnToken* toks, const float* q,
-                                                         int n_heads, float scale, int splits, int32_t split_len,
-                                                         float* out, float* part_acc, float2* part_ml) {
+                                                         int n_heads, float scale, int target, float* out,
+                                                         float* part_acc, float2* part_ml) {
   constexpr int L = HD / 8, R = kChunk / L;
   __shared__ float sc[G][kChunk];
   __shared__ int64_t rowoff[kChunk];
@@ -171,11 +187,13 @@ __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const A
   const int tid = threadIdx.x, sub = tid % L, r = tid / L, lane = tid % 32, warp = tid / 32;
   const int n_kv = kv.n_kv_heads, group = n_heads / n_kv, bs = kv.block_size;
   const int64_t t = blockIdx.x;
-  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int32_t pos = toks[t].pos;
   const int32_t* bt = toks[t].block_table;
-  const int32_t p_begin = split * split_len;
-  const int32_t p_end = min(p_begin + split_len, pos + 1);
+  const int32_t len = slice_len(pos, target);
+  const int32_t p_begin = split * len;
+  if (p_begin > pos) return empty_slice(t, kvh, group, n_heads, splits, split, part_ml);
+  const int32_t p_end = min(p_begin + len, pos + 1);
 
   float qv[G][8], acc[G][8];
 #pragma unroll
@@ -300,7 +318,9 @@ __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const A
 
 // One block per (token, head): the splits' partial sums rescaled to their
 // common max. Each split's weight is computed once, into shared memory, so the
-// sum over splits is independent loads, not a chain of exps.
+// sum over splits is independent loads, not a chain of exps. Empty slices (past
+// the token's context: l = 0, nothing written but l) are skipped, so launching
+// more of them changes no bit of the result.
 constexpr int kMaxSplits = 1024;
 
 __global__ void attention_combine(const float* part_acc, const float2* part_ml, int splits, int hd, float* out) {
@@ -320,9 +340,10 @@ __global__ void attention_combine(const float* part_acc, const float2* part_ml, 
   for (int w = 1; w < n_warps; ++w) mx = fmaxf(mx, reduce[w]);
   float total = 0.0f;
   for (int s = tid; s < splits; s += blockDim.x) {
-    const float wgt = ml[s].y > 0.0f ? expf(ml[s].x - mx) : 0.0f;
-    weight[s] = wgt;
-    total += ml[s].y * wgt;
+    const bool used = ml[s].y > 0.0f;
+    const float wgt = used ? expf(ml[s].x - mx) : 0.0f;
+    weight[s] = used ? wgt : -1.0f;  // -1: skipped below
+    if (used) total += ml[s].y * wgt;
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
@@ -334,7 +355,8 @@ __global__ void attention_combine(const float* part_acc, const float2* part_ml, 
   for (int d = tid; d < hd; d += blockDim.x) {
     float a = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < splits; ++s) a += part_acc[(th * splits + s) * hd + d] * weight[s];
+    for (int s = 0; s < splits; ++s)
+      if (weight[s] >= 0.0f) a += part_acc[(th * splits + s) * hd + d] * weight[s];
     out[th * hd + d] = a / total;
   }
 }
@@ -350,8 +372,7 @@ bool launch_fast_hd(const KvLayerView& kv, const AttnToken* toks, const float* q
                  : group <= 8 ? attention_fast<T, HD, 8>
                               : nullptr;
   if (!kernel) return false;
-  kernel<<<grid, kChunk, 0, stream>>>(kv, toks, q, n_heads, scale, split.splits, split.split_len, out, part_acc,
-                                      part_ml);
+  kernel<<<grid, kChunk, 0, stream>>>(kv, toks, q, n_heads, scale, split.target, out, part_acc, part_ml);
   return true;
 }
 
@@ -379,8 +400,8 @@ void launch(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, cons
     check(cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "attention: cudaFuncSetAttribute");
   if (!launch_fast<T>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream))
-    attention_kernel<T><<<grid, kChunk, smem, stream>>>(kv, toks, q, n_heads, scale, split.splits, split.split_len,
-                                                        out, part_acc, part_ml);
+    attention_kernel<T><<<grid, kChunk, smem, stream>>>(kv, toks, q, n_heads, scale, split.target, out, part_acc,
+                                                        part_ml);
   check_launch("attention");
   if (split.splits > 1) {
     attention_combine<<<static_cast<unsigned>(n_tokens * n_heads), 128, 0, stream>>>(part_acc, part_ml, split.splits,
@@ -392,17 +413,15 @@ void launch(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, cons
 }  // namespace
 
 AttnSplit attention_split(int64_t n_tokens, int n_kv_heads, int64_t reach, int sm_count) {
-  // Enough blocks for several per multiprocessor: each keeps only a few rows in flight.
-  const int64_t blocks = n_tokens * n_kv_heads, want_blocks = 4 * int64_t(sm_count);
+  // Enough blocks for several per multiprocessor: each keeps only a few rows in
+  // flight. Counted for the token bucket, not the count, so a decode batch padded
+  // to its bucket slices each token as the batch itself would.
+  const int64_t blocks = pow2_bucket(n_tokens) * n_kv_heads, want_blocks = 4 * int64_t(sm_count);
   AttnSplit s;
-  s.split_len = static_cast<int32_t>(reach);
-  if (blocks >= want_blocks || reach <= kMinSplitPositions) return s;
-  const int64_t splits =
-      std::min<int64_t>({(want_blocks + blocks - 1) / blocks, reach / kMinSplitPositions, kMaxSplits});
-  if (splits <= 1) return s;
-  const int64_t len = ((reach + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
-  s.split_len = static_cast<int32_t>(len);
-  s.splits = static_cast<int>((reach + len - 1) / len);
+  if (blocks >= want_blocks) return s;
+  s.target = static_cast<int>(std::min<int64_t>((want_blocks + blocks - 1) / blocks, kMaxSplits));
+  // No token reaching further than `reach` has more slices than chunks.
+  s.splits = reach <= 0 ? s.target : static_cast<int>(std::min<int64_t>(s.target, (reach + kChunk - 1) / kChunk));
   return s;
 }
 

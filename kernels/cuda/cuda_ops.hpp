@@ -40,13 +40,20 @@ void add(float* y, const float* x, int64_t n, cudaStream_t stream);
 void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k, const float* v,
               cudaStream_t stream);
 
-// How attention splits each (token, kv head)'s positions: `splits` slices of
-// `split_len` positions; with more than one, partial results go through `part`.
+// How attention splits each (token, kv head)'s positions over blocks (flash
+// decoding). A token at position p reads its p + 1 positions in slices of
+// max(128, ceil((p + 1) / target) rounded up to 128): at most `target` slices,
+// however long the context. `splits` slices are launched per token; those past
+// a token's context are empty. A token's slicing depends only on its position and
+// on `target`, which depends only on the step's token bucket, so a step gives the
+// same bits whether it is launched for its own reach or for every position (a
+// captured step, replayed at any context length).
 struct AttnSplit {
+  int target = 1;
   int splits = 1;
-  int32_t split_len = 0;
 };
-// Chooses the split for a step of n_tokens whose longest context is `reach`.
+// The split for a step of n_tokens whose longest context is `reach`; reach <= 0:
+// for any context (splits = target).
 AttnSplit attention_split(int64_t n_tokens, int n_kv_heads, int64_t reach, int sm_count);
 // Floats of scratch attention needs for that split (0 when unsplit).
 int64_t attention_scratch_floats(int64_t n_tokens, int n_heads, int head_dim, AttnSplit split);
