@@ -97,7 +97,9 @@ class Backend {
   // `bytes` of memory aligned to at least 64 bytes; zeroed when asked. Throws
   // std::bad_alloc when there is not enough.
   virtual Buffer alloc(size_t bytes, bool zeroed = false) = 0;
-  // Host -> backend and backend -> host copies; they return when the copy is done.
+  // Host -> backend and backend -> host copies, in order with the ops: upload()
+  // returns once `src` may be reused (the copy may still be queued), download()
+  // once the bytes are in `dst`.
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
 
@@ -125,6 +127,25 @@ class Backend {
                          const float* q, int n_heads, float scale, float* out) = 0;
 
   ShapeRegistry& shapes() { return ShapeRegistry::global(); }
+
+  // Captured steps (CUDA graphs). A backend that can record a whole step's
+  // launches once and replay them says so here; the engine then runs its decode
+  // steps of the sizes configured through run_captured(). The others run `step`
+  // as it is.
+  virtual bool can_capture() const { return false; }
+  // Runs `step` (a forward pass: ops, one or more uploads before them, downloads
+  // after them) as captured step `key`. The first call records its launches and
+  // runs them. A later call runs `step` on the host only, to queue its uploads and
+  // to check that it would launch exactly what was recorded (the same ops, shapes
+  // and addresses; sizes that only the device reads, such as positions, may
+  // differ), then replays the recording; when it would not, `step` runs once
+  // more and is recorded anew. So `step` may run twice and must have no effect
+  // besides its ops and copies. Uploads land before the step's first op;
+  // downloads land when run_captured returns.
+  virtual void run_captured(int64_t key, const std::function<void()>& step) {
+    (void)key;
+    step();
+  }
 
   // While *flag is true, ops throw Cancelled at their next boundary: the CPU
   // backend between the tasks of each op (a task still running is waited for),

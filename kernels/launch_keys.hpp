@@ -73,6 +73,11 @@ inline LaunchKey attention_context(const KvLayerView& kv, int64_t context) {
           {kv.n_kv_heads, kv.head_dim, pow2_bucket(context)}};
 }
 
+// A captured decode step of `batch` rows (a graph size, not bucketed further):
+// its recording, and its replays. Warm-up needs both of each size it can reach.
+inline LaunchKey graph_capture(int64_t batch) { return {"graph.capture", "b", {batch}}; }
+inline LaunchKey graph_replay(int64_t batch) { return {"graph.replay", "b", {batch}}; }
+
 // The largest position + 1 over a step's tokens: the context its attention reads.
 inline int64_t attention_reach(const AttnToken* toks, int64_t n_tokens) {
   int32_t max_pos = 0;

@@ -1,14 +1,30 @@
 // The CUDA backend: memory, argument checks and launch keys (the same keys the
 // CPU backend registers, so warm-up covers both), then the launchers of
 // cuda_ops.hpp on the backend's stream.
+//
+// Captured steps (run_captured): a step's kernels are recorded once per key as
+// a CUDA graph by stream capture, and replayed with one launch, so a decode step
+// costs one launch instead of hundreds. Copies stay outside the graph: uploads
+// are queued before its launch, downloads after it, one sync per step. A replay
+// runs the step's host code with every launch skipped: each op compares its
+// arguments (shapes and device addresses, the signature) with the recording's,
+// and any difference (a buffer that grew, say) records the step again, so a
+// graph never runs on memory the step no longer uses. Nothing a kernel reads on
+// the host side varies between replays: attention slices each token's context
+// from its position in device memory (attention.cu), for every position at once.
 #include "kernels/cuda/cuda_backend.hpp"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <map>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/launch_keys.hpp"
@@ -27,25 +43,28 @@ constexpr int kMaxHeadDim = 1024;
 
 bool is_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 
-// Device memory that only grows, for per-launch intermediates. Freeing waits
-// for the device (cudaFree does), so no queued kernel still reads the old one.
-class Scratch {
- public:
-  ~Scratch() { cudaFree(data_); }
-  void* get(size_t bytes, const char* what) {
-    if (bytes > bytes_) {
-      check(cudaFree(data_), what);
-      data_ = nullptr;
-      bytes_ = 0;
-      check(cudaMalloc(&data_, bytes), what);
-      bytes_ = bytes;
-    }
-    return data_;
-  }
+// Device memory that only grows, for per-launch intermediates (CudaBackend::grow).
+struct Scratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
 
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
+// What a captured step's signature records of an op argument: pointers and
+// integers as they are, floats by their bits.
+inline uint64_t word(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+inline uint64_t word(float f) { return std::bit_cast<uint32_t>(f); }
+template <class I>
+  requires std::is_integral_v<I> || std::is_enum_v<I>
+inline uint64_t word(I i) {
+  return static_cast<uint64_t>(i);
+}
+
+// A captured step: its launches as an executable graph, and every op's
+// arguments as they were recorded, which a replay must match word for word.
+struct Graph {
+  cudaGraphExec_t exec = nullptr;
+  std::vector<uint64_t> signature;
+  std::vector<void*> keep;  // device memory freed while recording, which the recording still uses
 };
 
 class CudaBackend final : public Backend {
@@ -64,6 +83,9 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (auto& [key, g] : graphs_) drop(g);
+    cudaFree(act_.data);
+    cudaFree(attn_.data);
     cudaFreeHost(bad_id_);
     cudaStreamDestroy(stream_);
   }
@@ -84,26 +106,65 @@ class CudaBackend final : public Backend {
     }
     check(e, "cudaMalloc");
     Buffer buf(this, p, bytes);
-    if (zeroed) check(cudaMemsetAsync(p, 0, rounded, stream_), "cudaMemsetAsync");
+    if (zeroed && mode_ == Mode::Record) {
+      pending_.push_back({p, {}, rounded});  // not part of the recording: zeroed once, before it runs
+    } else if (zeroed) {
+      check(cudaMemsetAsync(p, 0, rounded, stream_), "cudaMemsetAsync");
+    }
     return buf;
   }
 
+  // From pageable memory the driver copies `src` before returning, so the copy
+  // can stay queued: the step's kernels follow it on the stream.
   void upload(void* dst, const void* src, size_t bytes) override {
     select();
+    if (mode_ != Mode::Eager) queue("upload", dst);
+    if (mode_ == Mode::Record) {
+      const auto* b = static_cast<const std::byte*>(src);
+      pending_.push_back({dst, std::vector<std::byte>(b, b + bytes), bytes});
+      return;
+    }
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload: cudaMemcpyAsync");
-    sync("upload");
   }
 
   void download(void* dst, const void* src, size_t bytes) override {
     select();
+    if (mode_ != Mode::Eager) {
+      queue("download", src, bytes);
+      downloads_.push_back({dst, src, bytes});
+      return;
+    }
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download: cudaMemcpyAsync");
     sync("download");
+  }
+
+  bool can_capture() const override { return true; }
+
+  void run_captured(int64_t key, const std::function<void()>& step) override {
+    select();
+    Graph& g = graphs_[key];
+    if (g.exec) {
+      bool same = false;
+      {
+        StepMode replay(*this, Mode::Replay, &g);
+        step();
+        same = !mismatch_ && cursor_ == g.signature.size();
+        if (same) {
+          LaunchScope scope(launch_keys::graph_replay(key));
+          launch(g);
+        }
+      }
+      if (same) return;
+      drop(g);  // the step no longer launches what was recorded: record it anew
+    }
+    record(key, g, step);
   }
 
   void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) override {
     LaunchScope scope(launch_keys::get_rows(table, n));
     check_tokens(n, "get_rows");
     select();
+    if (!queue("get_rows", table.type, table.data, table.rows, table.cols, table.row_stride, ids, n, out)) return;
     cuda::get_rows(table, ids, n, out, bad_id_, stream_);
   }
 
@@ -112,13 +173,17 @@ class CudaBackend final : public Backend {
     LaunchScope scope(launch_keys::matmul(w, n_tokens));
     if (n_tokens <= 0 || w.rows <= 0) return;
     select();
-    if (!is_quantized(w.type)) return cuda::matmul_float(w, x, n_tokens, y, stream_);
+    if (!is_quantized(w.type)) {
+      if (!queue("matmul.f", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y)) return;
+      return cuda::matmul_float(w, x, n_tokens, y, stream_);
+    }
     if (w.cols % 32 != 0) throw std::invalid_argument("matmul: quantized row length not a multiple of 32");
     const uintptr_t align = w.type == DType::Q4_1 ? 4 : 2;
     if (reinterpret_cast<uintptr_t>(w.data) % align != 0 || w.row_stride % align != 0)
       throw std::invalid_argument("matmul: quantized weight rows not aligned to their scale type");
     const int64_t nb = w.cols / 32;
-    auto* q = static_cast<int8_t*>(act_.get(size_t(n_tokens) * (w.cols + nb * sizeof(float2)), "matmul: scratch"));
+    auto* q = static_cast<int8_t*>(grow(act_, size_t(n_tokens) * (w.cols + nb * sizeof(float2)), "matmul: scratch"));
+    if (!queue("matmul.q", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y, q)) return;
     const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w.cols)};
     cuda::quantize_act(w.type, x, n_tokens, w.cols, xq, stream_);
     cuda::matmul_quant(w, xq, n_tokens, y, stream_);
@@ -127,6 +192,7 @@ class CudaBackend final : public Backend {
   void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) override {
     LaunchScope scope(launch_keys::rmsnorm(n_rows, n));
     select();
+    if (!queue("rmsnorm", x, weight, y, n_rows, n, eps)) return;
     cuda::rmsnorm(x, weight, y, n_rows, n, eps, stream_);
   }
 
@@ -138,18 +204,21 @@ class CudaBackend final : public Backend {
     select();
     // As the CPU backend computes it, so each angle has the same bits.
     const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+    if (!queue("rope", x, pos, n_tokens, n_heads, head_dim, p.n_rot, p.freq_base, p.freq_scale, p.neox)) return;
     cuda::rope(x, pos, n_tokens, n_heads, head_dim, p, theta_scale, stream_);
   }
 
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
     LaunchScope scope(launch_keys::silu_mul(n));
     select();
+    if (!queue("silu_mul", gate, up, out, n)) return;
     cuda::silu_mul(gate, up, out, n, stream_);
   }
 
   void add(float* y, const float* x, int64_t n) override {
     LaunchScope scope(launch_keys::add(n));
     select();
+    if (!queue("add", y, x, n)) return;
     cuda::add(y, x, n, stream_);
   }
 
@@ -158,6 +227,8 @@ class CudaBackend final : public Backend {
     LaunchScope scope(launch_keys::kv_store(kv, n_tokens));
     check_tokens(n_tokens, "kv_store");
     select();
+    if (!queue("kv_store", kv.type, kv.k, kv.v, kv.block_size, kv.n_kv_heads, kv.head_dim, toks, n_tokens, k, v))
+      return;
     cuda::kv_store(kv, toks, n_tokens, k, v, stream_);
   }
 
@@ -176,18 +247,155 @@ class CudaBackend final : public Backend {
     if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
       throw std::invalid_argument("attention: heads not a multiple of kv heads, or head_dim too large");
     if (kv.head_dim % 8 != 0) throw std::invalid_argument("attention: head_dim must be a multiple of 8 on CUDA");
-    const AttnSplit split = cuda::attention_split(n_tokens, kv.n_kv_heads, reach_pos, sm_count_);
+    // A captured step serves every position: it launches every slice a token can have.
+    const int64_t reads = mode_ == Mode::Eager ? reach_pos : 0;
+    const AttnSplit split = cuda::attention_split(n_tokens, kv.n_kv_heads, reads, sm_count_);
     const int64_t floats = cuda::attention_scratch_floats(n_tokens, n_heads, kv.head_dim, split);
-    float* scratch = floats > 0 ? static_cast<float*>(attn_.get(size_t(floats) * sizeof(float), "attention: scratch"))
+    float* scratch = floats > 0 ? static_cast<float*>(grow(attn_, size_t(floats) * sizeof(float), "attention: scratch"))
                                 : nullptr;
+    if (!queue("attention", kv.type, kv.k, kv.v, kv.block_size, kv.n_kv_heads, kv.head_dim, toks, n_tokens, q,
+               n_heads, scale, out, scratch, split.splits, split.target))
+      return;
     cuda::attention(kv, toks, n_tokens, q, n_heads, scale, out, split, scratch, stream_);
   }
 
  protected:
-  void free(void* data) override { cudaFree(data); }  // from a destructor: nothing to throw to
+  void free(void* data) override { release(data); }
 
  private:
-  void select() { check(cudaSetDevice(device_), "cudaSetDevice"); }
+  enum class Mode { Eager, Record, Replay };
+
+  // An upload or zeroing queued by a step being recorded, issued before its graph.
+  struct Pending {
+    void* dst;
+    std::vector<std::byte> data;  // empty: zeroes
+    size_t bytes;
+  };
+  struct Download {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+
+  // A captured step in progress; leaving it (or an exception) returns to eager.
+  class StepMode {
+   public:
+    StepMode(CudaBackend& be, Mode m, Graph* g) : be_(be) {
+      be_.mode_ = m;
+      be_.graph_ = g;
+      be_.cursor_ = 0;
+      be_.mismatch_ = false;
+      be_.recorded_.clear();
+      be_.pending_.clear();
+      be_.downloads_.clear();
+    }
+    ~StepMode() {
+      be_.mode_ = Mode::Eager;
+      be_.graph_ = nullptr;
+    }
+    StepMode(const StepMode&) = delete;
+    StepMode& operator=(const StepMode&) = delete;
+
+   private:
+    CudaBackend& be_;
+  };
+
+  // A replay launches nothing until run_captured, which has selected the device.
+  void select() {
+    if (mode_ != Mode::Replay) check(cudaSetDevice(device_), "cudaSetDevice");
+  }
+
+  // Whether an op is to be launched now (eager, or recording), after noting its
+  // arguments in the signature of the step being recorded or checking them
+  // against the one being replayed.
+  template <class... A>
+  bool queue(const char* op, A... args) {
+    if (mode_ == Mode::Eager) return true;
+    const uint64_t words[] = {word(op), word(args)...};
+    const size_t n = std::size(words);
+    if (mode_ == Mode::Record) {
+      recorded_.insert(recorded_.end(), words, words + n);
+      return true;
+    }
+    const auto& want = graph_->signature;
+    if (mismatch_ || cursor_ + n > want.size() || !std::equal(words, words + n, want.begin() + cursor_))
+      mismatch_ = true;
+    else
+      cursor_ += n;
+    return false;
+  }
+
+  // Scratch of at least `bytes`: a new allocation when it must grow.
+  void* grow(Scratch& s, size_t bytes, const char* what) {
+    if (bytes > s.bytes) {
+      release(s.data);
+      s = Scratch{};
+      check(cudaMalloc(&s.data, bytes), what);
+      s.bytes = bytes;
+    }
+    return s.data;
+  }
+
+  // Frees device memory, waiting for the device (cudaFree does) so no queued
+  // kernel still reads it; memory let go while a step is being recorded stays
+  // with that recording, whose kernels may use it. From a destructor too:
+  // nothing to throw to.
+  void release(void* p) {
+    if (p == nullptr) return;
+    if (mode_ == Mode::Record) {
+      graph_->keep.push_back(p);
+      return;
+    }
+    cudaFree(p);
+  }
+
+  void drop(Graph& g) {
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+    for (void* p : g.keep) cudaFree(p);
+    g = Graph{};
+  }
+
+  // Records `step` as graph `key` by stream capture (relaxed: a step may allocate),
+  // then runs it.
+  void record(int64_t key, Graph& g, const std::function<void()>& step) {
+    LaunchScope scope(launch_keys::graph_capture(key));
+    sync("captured step");  // nothing queued before the recording waits on the graph
+    StepMode recording(*this, Mode::Record, &g);
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      step();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      drop(g);
+      throw;
+    }
+    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&g.exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      drop(g);
+      check(e, "recording a captured step");
+    }
+    g.signature = std::move(recorded_);
+    recorded_.clear();
+    for (const Pending& p : pending_)
+      check(p.data.empty() ? cudaMemsetAsync(p.dst, 0, p.bytes, stream_)
+                           : cudaMemcpyAsync(p.dst, p.data.data(), p.bytes, cudaMemcpyHostToDevice, stream_),
+            "captured step: upload");
+    launch(g);
+  }
+
+  // One launch of the step's graph, its downloads after it, one wait.
+  void launch(const Graph& g) {
+    check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
+    for (const Download& d : downloads_)
+      check(cudaMemcpyAsync(d.dst, d.src, d.bytes, cudaMemcpyDeviceToHost, stream_), "download: cudaMemcpyAsync");
+    sync("captured step");
+  }
 
   // Waits for the stream; a kernel's fault or a bad embedding id surfaces here.
   void sync(const char* what) {
@@ -208,6 +416,16 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   int* bad_id_ = nullptr;
   Scratch act_, attn_;
+
+  // Captured steps by key, and the one being recorded or replayed.
+  std::map<int64_t, Graph> graphs_;
+  Mode mode_ = Mode::Eager;
+  Graph* graph_ = nullptr;
+  std::vector<uint64_t> recorded_;  // the signature being recorded
+  size_t cursor_ = 0;               // replay: words of the signature matched so far
+  bool mismatch_ = false;
+  std::vector<Pending> pending_;
+  std::vector<Download> downloads_;
 };
 
 }  // namespace
