@@ -117,18 +117,24 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerLimits{opts_.max_num_seqs, opts_.max_num_batched_tokens, max_model_len_}, *kv_manager_);
-  executor_ = std::make_unique<Executor>(*model_, *kv_);
+  // A rank of a group runs collectives between its ops, which no graph holds: eager.
+  if (opts_.tp.size <= 1)
+    graph_sizes_ = graph_sizes_for(*backend_, opts_.graph_sizes, opts_.max_num_seqs, opts_.max_num_batched_tokens);
+  executor_ = std::make_unique<Executor>(*model_, *kv_, *backend_, graph_sizes_);
+  std::string graphs;
+  for (int s : graph_sizes_) graphs.append(graphs.empty() ? "" : ",").append(std::to_string(s));
   spdlog::info("engine: {} ({} layers, dim {}, vocab {}), max_model_len {}, kv cache {} blocks x {} tokens ({:.0f} MiB), "
-               "{} threads ({})",
+               "{} threads ({}), decode graphs: {}",
                mc.name, mc.n_layers, mc.dim, mc.vocab, max_model_len_, g.num_blocks, g.block_size,
-               g.total_bytes() / 1048576.0, backend_->threads(), backend_->name());
+               g.total_bytes() / 1048576.0, backend_->threads(), backend_->name(),
+               !graphs.empty() ? graphs : backend_->can_capture() ? "none (eager)" : "none (not on this backend)");
   thread_ = std::thread([this] { loop(); });
 }
 
 Engine::~Engine() { stop(); }
 
 ShapeAxes Engine::shape_axes() const {
-  return engine::shape_axes(opts_.max_num_batched_tokens, opts_.max_num_seqs, max_model_len_);
+  return engine::shape_axes(opts_.max_num_batched_tokens, opts_.max_num_seqs, max_model_len_, graph_sizes_);
 }
 
 std::vector<kernels::ShapeKey> Engine::reachable_shape_keys() const {

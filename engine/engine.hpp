@@ -62,6 +62,11 @@ struct EngineOptions {
   // aborted the data plane): re-forms the group on every rank, or throws; then
   // the reset fails (reset() returns false) and the caller escalates.
   std::function<void(const std::string& reason)> reform_group;
+  // Decode batch sizes run as captured steps (CUDA graphs) on a backend that can
+  // capture (engine/executor.hpp); the CPU backend cannot: there they do nothing.
+  // Empty: every step runs eagerly; so does every rank of a group (tp.size > 1),
+  // whose collectives run between the ops, outside what a graph holds.
+  std::vector<int> graph_sizes = {1, 2, 4, 8};
   // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
   LoadProgressFn on_load_progress;
@@ -163,6 +168,8 @@ class Engine {
   const ModelConfig& model_config() const { return model_->config(); }
   const EngineOptions& options() const { return opts_; }
   int max_model_len() const { return max_model_len_; }
+  // The decode batch sizes this engine runs as captured steps (empty on the CPU).
+  const std::vector<int>& graph_sizes() const { return graph_sizes_; }
   kernels::Backend& backend() { return *backend_; }
 
   // The shape space of this engine's configuration (engine/shape_space.hpp): its
@@ -218,6 +225,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
   int max_model_len_ = 0;
+  std::vector<int> graph_sizes_;
   int n_tokens_ = 0;  // the tokenizer's; ids from here to the model's vocab are padding
   Precision precision_ = Precision::Fast;
   std::atomic<uint64_t> next_id_{1};

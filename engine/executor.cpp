@@ -1,10 +1,35 @@
 #include "engine/executor.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include "engine/shape_space.hpp"
 
 namespace inferd::engine {
+
+std::vector<int> graph_sizes_for(const kernels::Backend& backend, const std::vector<int>& wanted, int max_num_seqs,
+                                 int max_num_batched_tokens) {
+  std::vector<int> out;
+  if (!backend.can_capture()) return out;
+  // A padded step is as wide as its size: never wider than a step may be.
+  const int widest = std::min(max_num_seqs, max_num_batched_tokens);
+  for (int s : wanted)
+    if (s >= 1 && s <= widest) out.push_back(s);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Executor::Executor(Model& model, KvCache& kv, kernels::Backend& backend, std::vector<int> graph_sizes)
+    : model_(model), kv_(kv), backend_(backend), graph_sizes_(std::move(graph_sizes)) {
+  std::sort(graph_sizes_.begin(), graph_sizes_.end());
+}
+
+int Executor::graph_size(int64_t n) const {
+  const auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), n);
+  return it == graph_sizes_.end() ? 0 : *it;
+}
+
 void Executor::execute(const StepPlan& plan, std::vector<float>& logits) {
   batch_.clear();
   for (const auto& s : plan.seqs) {
@@ -12,11 +37,23 @@ void Executor::execute(const StepPlan& plan, std::vector<float>& logits) {
     const int n = static_cast<int>(s.tokens.size());
     for (int i = 0; i < n; ++i) batch_.add(s.tokens[i], s.start + i, table, s.sample && i + 1 == n);
   }
-  logits.resize(batch_.logits_rows.size() * static_cast<size_t>(model_.config().vocab));
-  // A step that only decodes is what a captured decode graph would replay.
+  const auto vocab = static_cast<size_t>(model_.config().vocab);
+  const auto n = static_cast<int64_t>(plan.seqs.size());
   std::optional<kernels::LaunchScope> decode_step;
-  if (plan.decode_only()) decode_step.emplace(decode_batch_key(static_cast<int64_t>(plan.seqs.size())));
-  model_.forward(batch_, kv_, logits.data());
+  const int size = plan.decode_only() ? graph_size(n) : 0;
+  if (plan.decode_only()) decode_step.emplace(decode_batch_key(n));
+  if (size == 0) {
+    logits.resize(batch_.logits_rows.size() * vocab);
+    model_.forward(batch_, kv_, logits.data());
+    return;
+  }
+  // Every row samples here: the padding's rows come last, so the real rows'
+  // logits are the first n.
+  for (int64_t i = n; i < size; ++i)
+    batch_.add(batch_.tokens.back(), batch_.positions.back(), batch_.table_of.back(), true);
+  logits.resize(static_cast<size_t>(size) * vocab);
+  backend_.run_captured(size, [&] { model_.forward(batch_, kv_, logits.data()); });
+  logits.resize(static_cast<size_t>(n) * vocab);
 }
 
 }  // namespace inferd::engine

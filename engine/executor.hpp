@@ -2,6 +2,13 @@
 // batch (tokens, positions, block tables) and gets the logits of the sequences
 // the plan samples, one row each, in plan order. This is the part of a step
 // every rank of a tensor-parallel group does; sampling stays with the head.
+//
+// Decode steps on a backend that can capture them (CUDA graphs) are captured
+// steps: a step of n sequences runs as the smallest configured graph size b >= n,
+// padded with b - n copies of its last sequence's token (they write the same K/V
+// to the same slot and their logits are dropped), so each size is recorded once
+// and replayed at every position after. Wider steps, and every step elsewhere,
+// run as they are.
 #pragma once
 #include <vector>
 
@@ -13,14 +20,25 @@ namespace inferd::engine {
 
 class Executor {
  public:
-  Executor(Model& model, KvCache& kv) : model_(model), kv_(kv) {}
+  // graph_sizes: the decode batch sizes captured, ascending; empty: none.
+  Executor(Model& model, KvCache& kv, kernels::Backend& backend, std::vector<int> graph_sizes = {});
   // logits: resized to one row of the model's vocab per sequence the plan samples.
   void execute(const StepPlan& plan, std::vector<float>& logits);
+
+  // The graph size a decode step of n sequences runs as; 0: none (it runs as it is).
+  int graph_size(int64_t n) const;
 
  private:
   Model& model_;
   KvCache& kv_;
+  kernels::Backend& backend_;
+  std::vector<int> graph_sizes_;
   StepBatch batch_;  // reused between steps: its vectors keep their capacity
 };
+
+// The graph sizes a backend runs for a configuration: none where it cannot capture;
+// else `wanted` (sorted, without repeats) up to the widest decode step there can be.
+std::vector<int> graph_sizes_for(const kernels::Backend& backend, const std::vector<int>& wanted, int max_num_seqs,
+                                 int max_num_batched_tokens);
 
 }  // namespace inferd::engine

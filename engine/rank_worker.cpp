@@ -18,7 +18,8 @@ RankWorker::RankWorker(const EngineOptions& opts) {
   const auto& mc = model_->config();
   max_model_len_ = resolve_max_model_len(mc, opts.max_model_len);
   kv_ = std::make_unique<KvCache>(plan_kv_cache(mc, max_model_len_, opts), *backend_);
-  executor_ = std::make_unique<Executor>(*model_, *kv_);
+  // Eager: a rank's collectives run between its ops, outside what a captured step holds.
+  executor_ = std::make_unique<Executor>(*model_, *kv_, *backend_);
   const auto& g = kv_->geometry();
   spdlog::info("worker rank {} of {}: {} ({} of {} kv heads), kv cache {} blocks x {} tokens ({:.0f} MiB), {} threads",
                opts.tp.rank, opts.tp.size, mc.name, mc.kv_heads_here, mc.n_kv_heads, g.num_blocks, g.block_size,

@@ -4,6 +4,7 @@
 
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model.hpp"
+#include "kernels/launch_keys.hpp"
 
 namespace inferd::engine {
 
@@ -16,7 +17,8 @@ std::vector<int64_t> bucket_representatives(int64_t max) {
   return out;
 }
 
-ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model_len) {
+ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model_len,
+                     const std::vector<int>& graph_sizes) {
   ShapeAxes a;
   // A prompt has at most max_model_len - 1 tokens; several fill a wider step.
   const int64_t longest_prompt = std::max(1, max_model_len - 1);
@@ -26,7 +28,14 @@ ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model
   a.contexts = bucket_representatives(longest_prompt);
   // Decoding needs room for a prompt token and two generated ones.
   if (max_model_len >= 3) a.decode_batches = a.sampled_seqs;
+  // A size is recorded at its first decode step and replayed at its second.
+  if (max_model_len >= 4) a.graph_sizes.assign(graph_sizes.begin(), graph_sizes.end());
   return a;
+}
+
+int64_t graph_size_of(const std::vector<int64_t>& sizes, int64_t n) {
+  const auto it = std::lower_bound(sizes.begin(), sizes.end(), n);
+  return it == sizes.end() ? 0 : *it;
 }
 
 kernels::LaunchKey decode_batch_key(int64_t n) { return {"step.decode", "b", {kernels::pow2_bucket(n)}}; }
@@ -65,6 +74,10 @@ std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend&
     run(b);
   }
   for (int64_t n : axes.decode_batches) traced.touch(decode_batch_key(n).key(), 0.0);
+  for (int64_t b : axes.graph_sizes) {
+    traced.touch(kernels::launch_keys::graph_capture(b).key(), 0.0);
+    traced.touch(kernels::launch_keys::graph_replay(b).key(), 0.0);
+  }
 
   std::vector<kernels::ShapeKey> keys;
   for (auto& [key, use] : traced.snapshot()) keys.push_back(key);

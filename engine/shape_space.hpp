@@ -3,7 +3,9 @@
 // the tokens it carries (decode tokens plus prefill chunks, up to
 // max_num_batched_tokens), the sequences it samples (up to max_num_seqs), the
 // context its attention reads (up to max_model_len - 1 positions), and, for
-// steps that only decode, the batch size (the seam for captured decode graphs).
+// steps that only decode, the batch size. Where decode steps are captured (CUDA
+// graphs, engine/executor.hpp), each graph size is a key of its own to record
+// and one to replay: warm-up must do both before serving.
 // Every kernel key depends on one axis (kernels/launch_keys.hpp), so the reachable
 // set is the union, over the axes' buckets, of the keys one step of that shape
 // launches; the shape tracer computes them by a dry run of the model.
@@ -26,9 +28,17 @@ struct ShapeAxes {
   std::vector<int64_t> sampled_seqs;
   std::vector<int64_t> contexts;
   std::vector<int64_t> decode_batches;
+  // The graph sizes decode steps run as (not bucketed: each is its own); empty
+  // where no step is captured (the CPU).
+  std::vector<int64_t> graph_sizes;
 };
 
-ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model_len);
+ShapeAxes shape_axes(int max_num_batched_tokens, int max_num_seqs, int max_model_len,
+                     const std::vector<int>& graph_sizes = {});
+
+// The graph size a decode step of n sequences runs as: the smallest of `sizes`
+// (ascending) at least n; 0: none.
+int64_t graph_size_of(const std::vector<int64_t>& sizes, int64_t n);
 
 // The representatives of 1..max, one per power-of-two bucket.
 std::vector<int64_t> bucket_representatives(int64_t max);

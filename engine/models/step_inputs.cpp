@@ -1,11 +1,13 @@
 #include "engine/models/step_inputs.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace inferd::engine {
 namespace {
 
-size_t align8(size_t n) { return (n + 7) / 8 * 8; }
+// 1 MiB: the block tables of 256 sequences of 16384 tokens in blocks of 16.
+constexpr size_t kMinDeviceBytes = size_t(1) << 20;
 
 }  // namespace
 
@@ -16,12 +18,17 @@ StepInputs StepStaging::stage(kernels::Backend& be, const StepBatch& b) {
     for (size_t i = 0; i < T; ++i) attn_[i] = {b.block_tables.data() + b.table_of[i], b.positions[i]};
     return {b.tokens.data(), b.positions.data(), attn_.data(), b.logits_rows.data()};
   }
-  // One packed upload: [tokens][positions][logits rows][block tables][attention tokens].
+  // One packed upload: [attention tokens][tokens][positions][logits rows][block tables].
+  // What the step's kernels are handed (the first four) lies at offsets that depend
+  // on the step's token and row counts alone, and the buffer is large from the
+  // start, so a decode step of the same size finds its inputs at the same device
+  // addresses however long its block tables have grown: what a captured step
+  // replayed needs (Backend::run_captured).
   const size_t i32 = sizeof(int32_t);
-  const size_t at_pos = T * i32, at_rows = at_pos + T * i32, at_tables = at_rows + b.logits_rows.size() * i32;
-  const size_t at_attn = align8(at_tables + b.block_tables.size() * i32);
-  const size_t bytes = at_attn + T * sizeof(kernels::AttnToken);
-  if (device_.bytes() < bytes) device_ = be.alloc(bytes * 2);
+  const size_t at_tokens = T * sizeof(kernels::AttnToken), at_pos = at_tokens + T * i32, at_rows = at_pos + T * i32;
+  const size_t at_tables = at_rows + b.logits_rows.size() * i32;
+  const size_t bytes = at_tables + b.block_tables.size() * i32;
+  if (device_.bytes() < bytes) device_ = be.alloc(std::max(bytes * 2, kMinDeviceBytes));
   auto* base = device_.as<std::byte>();
   const auto* tables = reinterpret_cast<const int32_t*>(base + at_tables);
   for (size_t i = 0; i < T; ++i) attn_[i] = {tables + b.table_of[i], b.positions[i]};
@@ -29,14 +36,14 @@ StepInputs StepStaging::stage(kernels::Backend& be, const StepBatch& b) {
   auto put = [&](size_t at, const void* src, size_t n) {
     if (n) std::memcpy(packed_.data() + at, src, n);
   };
-  put(0, b.tokens.data(), T * i32);
+  put(0, attn_.data(), T * sizeof(kernels::AttnToken));
+  put(at_tokens, b.tokens.data(), T * i32);
   put(at_pos, b.positions.data(), T * i32);
   put(at_rows, b.logits_rows.data(), b.logits_rows.size() * i32);
   put(at_tables, b.block_tables.data(), b.block_tables.size() * i32);
-  put(at_attn, attn_.data(), T * sizeof(kernels::AttnToken));
   be.upload(base, packed_.data(), bytes);
-  return {reinterpret_cast<const int32_t*>(base), reinterpret_cast<const int32_t*>(base + at_pos),
-          reinterpret_cast<const kernels::AttnToken*>(base + at_attn), reinterpret_cast<const int32_t*>(base + at_rows)};
+  return {reinterpret_cast<const int32_t*>(base + at_tokens), reinterpret_cast<const int32_t*>(base + at_pos),
+          reinterpret_cast<const kernels::AttnToken*>(base), reinterpret_cast<const int32_t*>(base + at_rows)};
 }
 
 }  // namespace inferd::engine

@@ -2,7 +2,9 @@
 // host-visible, every op checking that each pointer it is given lies in memory it
 // allocated) must produce exactly the tokens of the plain CPU backend: weights,
 // the KV cache, activations, step inputs and block tables all go through the
-// backend's memory, as a GPU backend needs. Also what submit() refuses.
+// backend's memory, as a GPU backend needs. A backend that captures steps
+// (tests/unit/capturing_backend.hpp, the CUDA graphs' semantics on the CPU) must
+// too, each graph size recorded once. Also what submit() refuses.
 #include <doctest/doctest.h>
 
 #include <limits>
@@ -13,9 +15,11 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/executor.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/host_memory.hpp"
 #include "tests/engine_generate.hpp"
+#include "tests/unit/capturing_backend.hpp"
 #include "test_paths.hpp"
 
 using namespace inferd;
@@ -201,4 +205,52 @@ TEST_CASE("engine: max_model_len past the trained context, or a KV cache too sma
   o.kv_cache_bytes = 16 << 20;  // 45 blocks of 16 tokens
   CHECK_THROWS_WITH_AS(engine::Engine{o}, doctest::Contains("raise kv_cache_bytes to at least 181 MiB"),
                        std::invalid_argument);
+}
+
+TEST_CASE("engine on a backend that captures steps: decode steps padded to graph sizes, each recorded once") {
+  // Five prompts decode together (padded to 8), then fewer as the shorter ones end.
+  auto prompts = test_prompts();
+  prompts.push_back({1, 30, 800});
+  prompts.push_back({1, 31, 807, 12});
+  std::vector<test_engine::Generated> want;
+  {
+    engine::Engine cpu(small_options());
+    CHECK(cpu.graph_sizes().empty());  // the CPU backend captures nothing, whatever the options say
+    want = test_engine::generate_greedy(cpu, prompts, 14);
+  }
+  test_capture::CapturingBackend* cap = nullptr;
+  auto o = small_options();
+  o.backend = [&] {
+    auto b = std::make_unique<test_capture::CapturingBackend>();
+    cap = b.get();
+    return b;
+  };
+  engine::Engine eng(o);
+  CHECK(eng.graph_sizes() == std::vector<int>{1, 2, 4, 8});
+  const auto got = test_engine::generate_greedy(eng, prompts, 14);
+  for (size_t p = 0; p < prompts.size(); ++p) CHECK(got[p].ids == want[p].ids);
+  // Every decode step ran captured: each size recorded once, at its first step,
+  // and replayed after at every later position (the contexts cross block bounds).
+  REQUIRE(cap != nullptr);
+  CHECK(cap->records.count(8) == 1);
+  for (const auto& [size, n] : cap->records) {
+    CAPTURE(size);
+    CHECK(n == 1);
+  }
+  CHECK(cap->replays[8] >= 5);
+}
+
+TEST_CASE("executor: a decode step runs as the smallest graph size that holds it; none beyond the largest") {
+  test_capture::CapturingBackend cap;
+  auto cpu = kernels::make_cpu_backend(1, kernels::CpuIsa::Auto);
+  CHECK(engine::graph_sizes_for(*cpu, {1, 2, 4, 8}, 64, 2048).empty());
+  CHECK(engine::graph_sizes_for(cap, {8, 1, 4, 4, 0, 2}, 64, 2048) == std::vector<int>{1, 2, 4, 8});
+  // A padded step must fit a step: sizes beyond max_num_seqs or the token budget are dropped.
+  CHECK(engine::graph_sizes_for(cap, {1, 2, 4, 8}, 3, 2048) == std::vector<int>{1, 2});
+  CHECK(engine::graph_sizes_for(cap, {1, 2, 4, 8}, 64, 4) == std::vector<int>{1, 2, 4});
+  CHECK(engine::graph_size_of({1, 3, 6}, 1) == 1);
+  CHECK(engine::graph_size_of({1, 3, 6}, 2) == 3);
+  CHECK(engine::graph_size_of({1, 3, 6}, 6) == 6);
+  CHECK(engine::graph_size_of({1, 3, 6}, 7) == 0);
+  CHECK(engine::graph_size_of({}, 1) == 0);
 }
