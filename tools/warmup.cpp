@@ -58,6 +58,7 @@ int show_plan(const Args& args) {
             << "  sampled sequences: " << join(axes.sampled_seqs) << "\n"
             << "  contexts:          " << join(axes.contexts) << "\n"
             << "  decode batches:    " << join(axes.decode_batches) << "\n"
+            << "  graph sizes:       " << (axes.graph_sizes.empty() ? "none" : join(axes.graph_sizes)) << "\n"
             << "plan" << (cfg.warmup.enable ? "" : " (disabled by [warmup] enable = false)") << ":\n"
             << warmup::describe(plan) << "reachable shape keys: " << keys.size() << "; plan covers "
             << (unreached.empty() ? "all of them" : "not all buckets") << "\n";

@@ -18,15 +18,16 @@ constexpr int kSeedBurstPrompt = 100;   // ~400 characters
 constexpr int kSeedLongPrompt = 3000;   // ~12000 characters
 constexpr int kLeastBurstPrompt = 8;
 
-int ceil_log2(int n) {
-  int k = 0;
-  while ((1 << k) < n) ++k;
-  return k;
-}
-
-// The buckets each axis has been reached at.
+// The buckets each axis has been reached at; `graphs`: the graph sizes run for
+// at least two decode steps (recorded, then replayed).
 struct Reached {
-  std::set<int64_t> tokens, sampled, contexts, decodes;
+  explicit Reached(std::vector<int64_t> sizes) : graph_sizes(std::move(sizes)) {}
+  std::vector<int64_t> graph_sizes;
+  std::set<int64_t> tokens, sampled, contexts, decodes, graphs;
+
+  void graph(int64_t running) {
+    if (const int64_t g = engine::graph_size_of(graph_sizes, running)) graphs.insert(g);
+  }
 
   // A request alone in the engine: prompt chunks of at most max_num_batched_tokens,
   // then one decode step per generated token but the last.
@@ -43,6 +44,7 @@ struct Reached {
       tokens.insert(1);
       decodes.insert(1);
     }
+    if (r.max_tokens >= 3) graph(1);
   }
 };
 
@@ -68,7 +70,19 @@ void staggered_ends(Reached& r, const Wave& w, const PlanLimits& l) {
     r.decodes.insert(pow2_bucket(running));
     r.sampled.insert(pow2_bucket(running));
     r.tokens.insert(pow2_bucket(running));
+    if (i > 0 || ends[i] >= 3) r.graph(running);  // the first count's first step is the prefill
   }
+}
+
+// The numbers of the burst's requests still decoding as they end, ascending and
+// ending with n: every power of two below n and every graph size below n, so each
+// decode batch bucket and each graph size has steps of its own.
+std::vector<int> burst_counts(int n, const std::vector<int64_t>& graph_sizes) {
+  std::set<int> counts{n};
+  for (int c = 1; c < n; c *= 2) counts.insert(c);
+  for (int64_t g : graph_sizes)
+    if (g < n) counts.insert(static_cast<int>(g));
+  return {counts.begin(), counts.end()};
 }
 
 int burst_size(const PlanLimits& l, const WarmupOptions& o) {
@@ -111,7 +125,7 @@ Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupO
   // get there), then every step-token and context bucket still missing. A step
   // wider than the longest prompt is a wave of prompts that fill it together.
   Phase ramped{"ramped", {}};
-  Reached r;
+  Reached r{axes.graph_sizes};
   auto add = [&](Wave w) {
     if (w.size() == 1) r.lone(w.front(), B);
     else first_step(r, w, l);
@@ -137,13 +151,18 @@ Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupO
   });
   plan.phases.push_back(std::move(ramped));
 
-  // 2. burst: every request's prompt fits in one step together.
+  // 2. burst: every request's prompt fits in one step together. Request i ends
+  // kStagger steps after those of the next smaller count (burst_counts) it lies
+  // beyond, so the number decoding steps down through every count.
   Wave burst;
   const int n = burst_size(l, o);
-  const int levels = ceil_log2(n);
+  const std::vector<int> counts = burst_counts(n, axes.graph_sizes);
   int p = o.burst_prompt_tokens > 0 ? o.burst_prompt_tokens : std::clamp(B / n, 1, kSeedBurstPrompt);
   if (least) p = std::min(p, kLeastBurstPrompt);  // the burst's shapes are its widths, not its prompts
-  for (int i = 0; i < n; ++i) burst.push_back(fit(p, kBurstBase + kStagger * (levels - ceil_log2(i + 1))));
+  for (int i = 0; i < n; ++i) {
+    const auto later = counts.end() - std::upper_bound(counts.begin(), counts.end(), i);  // counts above i
+    burst.push_back(fit(p, kBurstBase + kStagger * static_cast<int>(later - 1)));
+  }
   plan.phases.push_back({"burst", {std::move(burst)}});
 
   // 3. concurrent-long: prompts of half a step each, so the third one's prefill
@@ -162,7 +181,7 @@ Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupO
 }
 
 std::vector<std::string> unreached_buckets(const Plan& plan, const engine::ShapeAxes& axes, const PlanLimits& l) {
-  Reached r;
+  Reached r{axes.graph_sizes};
   for (const Phase& ph : plan.phases)
     for (const Wave& w : ph.waves) {
       if (w.size() == 1) {
@@ -181,6 +200,8 @@ std::vector<std::string> unreached_buckets(const Plan& plan, const engine::Shape
   check("sampled sequences", axes.sampled_seqs, r.sampled);
   check("context", axes.contexts, r.contexts);
   check("decode batch", axes.decode_batches, r.decodes);
+  for (int64_t g : axes.graph_sizes)
+    if (!r.graphs.count(g)) out.push_back("graph size " + std::to_string(g));
   return out;
 }
 

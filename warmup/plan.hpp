@@ -5,6 +5,7 @@
 //                      (a step wider than one prompt can be is a wave of several)
 //   2. burst           concurrent short requests whose lengths are staggered so the
 //                      number decoding together steps through every decode batch bucket
+//                      and every graph size (each recorded, then replayed)
 //   3. concurrent-long concurrent long prompts: prefill chunks and decodes in one step
 //   4. sustained       one long decode that cannot end early (ignore_eos)
 // The seed profile (prompts of 2000..48000 characters, 4 x 150-token bursts,

@@ -12,6 +12,7 @@
 #include "test_paths.hpp"
 #include "warmup/plan.hpp"
 #include "warmup/runner.hpp"
+#include "tests/unit/capturing_backend.hpp"
 
 using namespace inferd;
 
@@ -108,6 +109,10 @@ TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys") 
   CHECK(std::any_of(reachable.begin(), reachable.end(),
                     [](auto& k) { return k.str() == "attention.f16.ctx[kvh=3,d=64,ctx=256]"; }));
 
+  // The CPU captures no steps: no graph keys, and the plan of before.
+  CHECK(eng.shape_axes().graph_sizes.empty());
+  CHECK(std::none_of(reachable.begin(), reachable.end(), [](auto& k) { return k.op.starts_with("graph."); }));
+
   auto& reg = kernels::ShapeRegistry::global();
   warmup::WarmupOptions opts;
   opts.sustained_max_tokens = 100;
@@ -160,4 +165,77 @@ TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys") 
   const warmup::Report partial = warmup::run_plan(eng, plan, reachable, opts, {}, [] { return true; });
   CHECK(!partial.passed());
   CHECK(partial.failure.find("phase 1 ramped failed") != std::string::npos);
+}
+
+TEST_CASE("warm-up plan: every graph size gets decode steps of its own, recorded and then replayed") {
+  const warmup::WarmupOptions opts;
+  const auto l = limits(1024, 16, 256);
+  const auto plain = axes_of(l);
+  // Sizes the burst's powers of two already reach leave the plan as it was.
+  const auto pow2 = engine::shape_axes(256, 16, 1024, {1, 2, 4, 8});
+  CHECK(pow2.graph_sizes == std::vector<int64_t>{1, 2, 4, 8});
+  CHECK(warmup::describe(warmup::make_plan(pow2, l, opts)) == warmup::describe(warmup::make_plan(plain, l, opts)));
+  CHECK(warmup::unreached_buckets(warmup::make_plan(pow2, l, opts), pow2, l).empty());
+  // Others get burst steps of their own; a plan made without them does not reach them.
+  const auto odd = engine::shape_axes(256, 16, 1024, {3, 5, 6, 12});
+  for (auto depth : {warmup::Depth::full, warmup::Depth::least})
+    CHECK(warmup::unreached_buckets(warmup::make_plan(odd, l, opts, depth), odd, l).empty());
+  const auto missing = warmup::unreached_buckets(warmup::make_plan(plain, l, opts), odd, l);
+  CHECK(missing == std::vector<std::string>{"graph size 6"});  // 3, 5 and 12 pad 2, 4 and 8
+  // A burst narrower than a size cannot reach it (the 3 concurrent long prompts reach 4).
+  warmup::WarmupOptions narrow;
+  narrow.burst_requests = 2;
+  const auto gap = warmup::unreached_buckets(warmup::make_plan(pow2, l, narrow), pow2, l);
+  CHECK(std::find(gap.begin(), gap.end(), "graph size 8") != gap.end());
+  CHECK(std::find(gap.begin(), gap.end(), "graph size 2") == gap.end());
+}
+
+TEST_CASE("warm-up run: on a backend that captures, the gate needs every graph size recorded and replayed") {
+  engine::EngineOptions o;
+  o.model_path = test_paths::default_model();
+  o.threads = 1;
+  o.max_model_len = 256;
+  o.max_num_batched_tokens = 64;
+  o.max_num_seqs = 4;
+  o.kv_cache_bytes = 64 << 20;
+  o.graph_sizes = {1, 3, 4};
+  test_capture::CapturingBackend* cap = nullptr;
+  o.backend = [&] {
+    auto b = std::make_unique<test_capture::CapturingBackend>();
+    cap = b.get();
+    return b;
+  };
+  engine::Engine eng(o);
+  CHECK(eng.shape_axes().graph_sizes == std::vector<int64_t>{1, 3, 4});
+  const auto reachable = eng.reachable_shape_keys();
+  std::set<std::string> want;
+  for (const auto& k : reachable) want.insert(k.str());
+  for (int b : {1, 3, 4}) {
+    CHECK(want.count("graph.capture[b=" + std::to_string(b) + "]"));
+    CHECK(want.count("graph.replay[b=" + std::to_string(b) + "]"));
+  }
+  warmup::WarmupOptions opts;
+  const auto l = limits(eng.max_model_len(), o.max_num_seqs, o.max_num_batched_tokens);
+  const warmup::Plan plan = warmup::make_plan(eng.shape_axes(), l, opts, warmup::Depth::least);
+  CHECK(warmup::unreached_buckets(plan, eng.shape_axes(), l).empty());
+  const warmup::Report report = warmup::run_plan(eng, plan, reachable, opts);
+  INFO(warmup::summarize(report));
+  CHECK(report.passed());
+  CHECK(report.keys_covered == reachable.size());
+  for (const auto& [key, use] : kernels::ShapeRegistry::global().snapshot()) CHECK_MESSAGE(want.count(key.str()), key.str());
+  REQUIRE(cap != nullptr);
+  for (int b : {1, 3, 4}) {
+    CAPTURE(b);
+    CHECK(cap->records[b] >= 1);
+    CHECK(cap->replays[b] >= 1);
+  }
+
+  // The gate stays closed on a run that never replays a size: here none is.
+  auto eager = o;
+  eager.graph_sizes = {};
+  engine::Engine plain(eager);
+  const warmup::Report gap = warmup::run_plan(plain, plan, reachable, opts);
+  CHECK(!gap.passed());
+  CHECK(gap.missing.size() == 6);
+  CHECK(gap.failure.find("graph.capture[b=1]") != std::string::npos);
 }
