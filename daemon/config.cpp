@@ -188,6 +188,34 @@ Key log_target_key() {
           }};
 }
 
+// "1,2,4,8": the decode batch sizes captured as CUDA graphs, in any order; "" for none.
+Key cuda_graph_sizes_key() {
+  return {"engine", "cuda_graph_sizes", "cuda-graph-sizes", Kind::String,
+          "decode batch sizes run as CUDA graphs, e.g. 1,2,4,8 (no effect on the CPU)",
+          [](Config& c, const Value& v) -> std::string {
+            const auto& s = std::get<std::string>(v);
+            std::vector<int> sizes;
+            for (size_t at = 0; s.find_first_not_of(' ') != std::string::npos && at <= s.size();) {
+              const size_t end = std::min(s.find(',', at), s.size());
+              const char *first = s.data() + at, *last = s.data() + end;
+              while (first < last && *first == ' ') ++first;
+              while (last > first && last[-1] == ' ') --last;
+              int n = 0;
+              auto [p, ec] = std::from_chars(first, last, n);
+              if (ec != std::errc() || p != last || n < 1 || n > 4096)
+                return fmt::format("must be batch sizes from 1 to 4096 separated by commas, like \"1,2,4,8\" "
+                                   "(\"\" for none), got '{}'",
+                                   s);
+              sizes.push_back(n);
+              at = end + 1;
+            }
+            std::sort(sizes.begin(), sizes.end());
+            sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+            c.engine.cuda_graph_sizes = std::move(sizes);
+            return {};
+          }};
+}
+
 Key gpu_memory_utilization_key() {
   return {"engine", "gpu_memory_utilization", "gpu-memory-utilization", Kind::Float,
           "fraction of GPU memory the engine may use",
@@ -244,6 +272,9 @@ const std::vector<Key>& keys() {
       float_key("engine", "load_timeout_s", "load-timeout", &C::engine, &EngineConfig::load_timeout_s, 0, 604800,
                 "seconds the model load may take before inferd exits 1; 0: max(60, file size / 50 MB/s)"),
       gpu_memory_utilization_key(),
+      cuda_graph_sizes_key(),
+      bool_key("engine", "enforce_eager", "enforce-eager", &C::engine, &EngineConfig::enforce_eager,
+               "run every step eagerly: no CUDA graphs"),
       int_key("engine", "tensor_parallel_size", "tensor-parallel-size", &C::engine, &EngineConfig::tensor_parallel_size,
               1, 1024, "ranks a model is split across"),
       int_key("parallel", "nnodes", "nnodes", &C::parallel, &ParallelConfig::nnodes, 1, 1024, "number of nodes"),

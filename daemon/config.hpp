@@ -65,6 +65,10 @@ struct EngineConfig {
   double load_timeout_s = 0;  // the longest Loading may take; 0: by the model file's size (load_timeout())
   double gpu_memory_utilization = 0.9;
   int tensor_parallel_size = 1;
+  // Decode batch sizes run as CUDA graphs; a batch between sizes is padded to the
+  // next, a wider one runs eagerly. No effect on the CPU.
+  std::vector<int> cuda_graph_sizes = {1, 2, 4, 8};
+  bool enforce_eager = false;  // no CUDA graphs at all
   bool operator==(const EngineConfig&) const = default;
 };
 

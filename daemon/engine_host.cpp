@@ -45,6 +45,7 @@ engine::EngineOptions engine_options(const Config& cfg) {
   o.max_waiting = static_cast<size_t>(cfg.engine.max_waiting);
   o.block_size = cfg.engine.block_size;
   o.enable_prefix_caching = cfg.engine.enable_prefix_caching;
+  o.graph_sizes = cfg.engine.enforce_eager ? std::vector<int>{} : cfg.engine.cuda_graph_sizes;
   return o;
 }
 

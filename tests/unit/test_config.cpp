@@ -14,6 +14,7 @@
 
 #include "daemon/config.hpp"
 #include "daemon/daemon.hpp"
+#include "daemon/engine_host.hpp"
 #include "test_paths.hpp"
 
 using namespace inferd::daemon;
@@ -358,6 +359,35 @@ target = "journald"
           "x.toml:3: [health] log_patterns: line 2 'disk fatal oops': level must be warn, shed or critical, got 'fatal'");
     CHECK(config_error("[health]\nlog_patterns = \"disk critical\"\n") ==
           "x.toml:2: [health] log_patterns: line 1 'disk critical': each line is 'category level regex'");
+  }
+
+  TEST_CASE("config: [engine] cuda_graph_sizes and --cuda-graph-sizes; --enforce-eager turns graphs off") {
+    CHECK(Config{}.engine.cuda_graph_sizes == std::vector<int>{1, 2, 4, 8});
+    CHECK(!Config{}.engine.enforce_eager);
+    CHECK(engine_options(Config{}).graph_sizes == std::vector<int>{1, 2, 4, 8});
+    CHECK(parse_config_toml("[engine]\ncuda_graph_sizes = \"16, 1,4,4\"\n", "x.toml").engine.cuda_graph_sizes ==
+          std::vector<int>{1, 4, 16});
+    CHECK(parse_config_toml("[engine]\ncuda_graph_sizes = \"\"\n", "x.toml").engine.cuda_graph_sizes.empty());
+    CHECK(load_config(cmdline({"--cuda-graph-sizes", "3"})).engine.cuda_graph_sizes == std::vector<int>{3});
+    CHECK(load_config(cmdline({"--cuda-graph-sizes=1,2,4,8,16,32"})).engine.cuda_graph_sizes ==
+          std::vector<int>{1, 2, 4, 8, 16, 32});
+    const std::string why = "must be batch sizes from 1 to 4096 separated by commas, like \"1,2,4,8\" (\"\" for none)";
+    CHECK(flag_error({"--cuda-graph-sizes", "1,,2"}) == "--cuda-graph-sizes: " + why + ", got '1,,2'");
+    CHECK(flag_error({"--cuda-graph-sizes", "0"}) == "--cuda-graph-sizes: " + why + ", got '0'");
+    CHECK(flag_error({"--cuda-graph-sizes", "8,"}) == "--cuda-graph-sizes: " + why + ", got '8,'");
+    CHECK(config_error("[engine]\ncuda_graph_sizes = \"4097\"\n") ==
+          "x.toml:2: [engine] cuda_graph_sizes: " + why + ", got '4097'");
+    CHECK(config_error("[engine]\ncuda_graph_sizes = [1, 2]\n") ==
+          "x.toml:2: [engine] cuda_graph_sizes: expected a string, got an array");
+    const Config eager = load_config(cmdline({"--enforce-eager", "--cuda-graph-sizes", "2"}));
+    CHECK(eager.engine.enforce_eager);
+    CHECK(engine_options(eager).graph_sizes.empty());
+    CHECK(engine_options(load_config(cmdline({"--cuda-graph-sizes", "2"}))).graph_sizes == std::vector<int>{2});
+    CHECK(!load_config(cmdline({"--enforce-eager", "--no-enforce-eager"})).engine.enforce_eager);
+    // Accepted with the CPU device too, where nothing is captured.
+    CHECK(load_config(cmdline({"--device", "cpu", "--cuda-graph-sizes", "1,2"})).engine.device == "cpu");
+    CHECK(usage().find("--cuda-graph-sizes TEXT") != std::string::npos);
+    CHECK(usage().find("--[no-]enforce-eager") != std::string::npos);
   }
 
   TEST_CASE("config: [engine] load_timeout_s and --load-timeout; 0 scales with the model file's size") {
