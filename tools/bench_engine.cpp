@@ -1,6 +1,8 @@
 // `inferctl bench engine`: the engine alone, no HTTP. Prefill tok/s at given
 // prompt lengths, decode tok/s at batch 1 (and aggregate at batch N), written as
 // JSON. Tokens are seeded random ids, like llama-bench's, so numbers compare.
+// Steps go through the executor, as the engine runs them: on CUDA, decode steps
+// of the graph sizes run as CUDA graphs, recorded before timing.
 #include <boost/json.hpp>
 #include <algorithm>
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "engine/gguf_reader.hpp"
+#include "engine/executor.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
 #include "kernels/backend_factory.hpp"
@@ -30,10 +33,12 @@ double median(std::vector<double> v) {
 constexpr const char* kUsage =
     "usage: inferctl bench engine [--model PATH] [--threads N] [--n-prompt 128,512] [--n-gen 128]\n"
     "                             [--n-depth 0] [--batch 8] [--repetitions 3] [--device cpu|cuda[:N]]\n"
+    "                             [--cuda-graph-sizes 1,2,4,8] [--enforce-eager]\n"
     "The engine alone, as JSON: prefill tok/s at each prompt length; decode tok/s at batch 1, n-gen\n"
     "tokens after n-depth tokens already in the KV cache (llama-bench's tg with -d); and the\n"
     "aggregate of --batch streams decoding together. Median of --repetitions runs; seeded random\n"
-    "token ids. --device cuda runs on CUDA device N (default 0), in builds with CUDA.\n";
+    "token ids. --device cuda runs on CUDA device N (default 0), in builds with CUDA; there decode\n"
+    "steps of --cuda-graph-sizes run as CUDA graphs (as inferd's), unless --enforce-eager.\n";
 
 }  // namespace
 
@@ -42,7 +47,8 @@ int cmd_bench_engine(const Args& args) {
     std::cout << kUsage;
     return 0;
   }
-  args.allow_only({"model", "threads", "repetitions", "n-gen", "n-depth", "batch", "n-prompt", "device"});
+  args.allow_only({"model", "threads", "repetitions", "n-gen", "n-depth", "batch", "n-prompt", "device",
+                   "cuda-graph-sizes", "enforce-eager"});
   const std::string model_path = args.get("model", default_model_path());
   const int threads = args.get_int("threads", 0);
   const int reps = args.get_int("repetitions", 3);
@@ -51,6 +57,9 @@ int cmd_bench_engine(const Args& args) {
   const int depth = std::max(0, args.get_int("n-depth", 0));
   std::vector<int> prompts;
   for (const auto& p : args.get_list("n-prompt", {"128", "512"})) prompts.push_back(std::stoi(p));
+  std::vector<int> graph_sizes;
+  if (args.get("enforce-eager", "false") != "true")
+    for (const auto& g : args.get_list("cuda-graph-sizes", {"1", "2", "4", "8"})) graph_sizes.push_back(std::stoi(g));
 
   const std::string device = args.get("device", "cpu");
   if (std::string why = kernels::device_error(device); !why.empty()) throw std::invalid_argument("--device " + why);
@@ -70,26 +79,43 @@ int cmd_bench_engine(const Args& args) {
 
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> tok(0, mc.vocab - 1);
-  std::vector<float> logits(size_t(std::max(batch, 1)) * mc.vocab);
-  boost::json::object out{{"model", model_path}, {"backend", backend->name()}, {"threads", backend->threads()}};
+  std::vector<float> logits;
+  graph_sizes = engine::graph_sizes_for(*backend, graph_sizes, std::max(batch, 1), std::max(batch, max_prompt));
+  engine::Executor exec(*model, kv, *backend, graph_sizes);
+  std::string graphs;
+  for (int g : graph_sizes) graphs.append(graphs.empty() ? "" : ",").append(std::to_string(g));
+  boost::json::object out{{"model", model_path}, {"backend", backend->name()}, {"threads", backend->threads()},
+                          {"graph_sizes", graphs}};
 
-  // Warm the caches and the thread pool once so the first repetition is not an outlier.
-  {
-    engine::StepBatch b;
-    const int32_t table = b.add_table(tables[0]);
-    for (int i = 0; i < 8; ++i) b.add(tok(rng), i, table, i == 7);
-    model->forward(b, kv, logits.data());
-  }
+  // One step: stream s feeds n random tokens from position `start`.
+  uint64_t step_no = 0;
+  auto run = [&](int streams, int start, int n) {
+    engine::StepPlan plan;
+    plan.step = ++step_no;
+    for (int s = 0; s < streams; ++s) {
+      engine::ScheduledSeq q;
+      q.seq = static_cast<engine::SeqId>(s + 1);
+      q.start = start;
+      for (int i = 0; i < n; ++i) q.tokens.push_back(tok(rng));
+      q.block_table = tables[s];
+      q.sample = true;
+      plan.seqs.push_back(std::move(q));
+    }
+    exec.execute(plan, logits);
+  };
+
+  // Warm the caches and the thread pool once so the first repetition is not an
+  // outlier; on CUDA this records the decode graphs the timed runs replay.
+  run(1, 0, 8);
+  run(1, 8, 1);
+  if (batch > 1) run(batch, 8, 1);
 
   boost::json::array prefill;
   for (int n : prompts) {
     std::vector<double> times;
     for (int r = 0; r < reps; ++r) {
-      engine::StepBatch b;
-      const int32_t table = b.add_table(tables[0]);
-      for (int i = 0; i < n; ++i) b.add(tok(rng), i, table, i + 1 == n);
       auto t0 = Clock::now();
-      model->forward(b, kv, logits.data());
+      run(1, 0, n);
       times.push_back(seconds_since(t0));
     }
     const double t = median(times);
@@ -100,20 +126,20 @@ int cmd_bench_engine(const Args& args) {
   // Each stream's first `depth` positions hold a prompt before decode is timed.
   if (depth > 0)
     for (int s = 0; s < std::max(batch, 1); ++s) {
-      engine::StepBatch b;
-      const int32_t table = b.add_table(tables[s]);
-      for (int i = 0; i < depth; ++i) b.add(tok(rng), i, table, i + 1 == depth);
-      model->forward(b, kv, logits.data());
+      engine::StepPlan plan;
+      engine::ScheduledSeq q;
+      q.seq = 1;
+      for (int i = 0; i < depth; ++i) q.tokens.push_back(tok(rng));
+      q.block_table = tables[s];
+      q.sample = true;
+      plan.seqs.push_back(std::move(q));
+      exec.execute(plan, logits);
     }
   auto decode_run = [&](int streams) {
     std::vector<double> rates;
     for (int r = 0; r < reps; ++r) {
       auto t0 = Clock::now();
-      for (int i = 0; i < n_gen; ++i) {
-        engine::StepBatch b;
-        for (int s = 0; s < streams; ++s) b.add(tok(rng), depth + i, b.add_table(tables[s]), true);
-        model->forward(b, kv, logits.data());
-      }
+      for (int i = 0; i < n_gen; ++i) run(streams, depth + i, 1);
       rates.push_back(double(n_gen) * streams / seconds_since(t0));
     }
     return median(rates);
