@@ -19,7 +19,10 @@ RankWorker::RankWorker(const EngineOptions& opts) {
   max_model_len_ = resolve_max_model_len(mc, opts.max_model_len);
   kv_ = std::make_unique<KvCache>(plan_kv_cache(mc, max_model_len_, opts), *backend_);
   // Eager: a rank's collectives run between its ops, outside what a captured step holds.
-  executor_ = std::make_unique<Executor>(*model_, *kv_, *backend_);
+  // The head's graph sizes: a padded decode step must have the same width on every rank.
+  executor_ = std::make_unique<Executor>(
+      *model_, *kv_, *backend_,
+      graph_sizes_for(*backend_, opts.graph_sizes, opts.max_num_seqs, opts.max_num_batched_tokens));
   const auto& g = kv_->geometry();
   spdlog::info("worker rank {} of {}: {} ({} of {} kv heads), kv cache {} blocks x {} tokens ({:.0f} MiB), {} threads",
                opts.tp.rank, opts.tp.size, mc.name, mc.kv_heads_here, mc.n_kv_heads, g.num_blocks, g.block_size,
