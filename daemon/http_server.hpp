@@ -53,8 +53,6 @@ struct Request {
   std::string request_id;  // the client's X-Request-Id, or a generated one
   std::string peer;        // "address:port", or "unix:PATH" on the admin socket
   bool admin_listener = false;  // arrived on the admin listener
-  // When the per-request timeout fires; work may use it as its own deadline.
-  std::chrono::steady_clock::time_point deadline;
 
   // Case-insensitive; empty when absent.
   std::string_view header(std::string_view name) const;

@@ -99,8 +99,7 @@ std::string method_label(std::string_view m) {
   return "other";
 }
 
-Request to_request(http::request<http::string_body>& msg, std::string peer, bool admin,
-                   std::chrono::milliseconds timeout) {
+Request to_request(http::request<http::string_body>& msg, std::string peer, bool admin) {
   Request req;
   req.method = msg.method_string();
   req.target = msg.target();
@@ -113,7 +112,6 @@ Request to_request(http::request<http::string_body>& msg, std::string peer, bool
   req.body = std::move(msg.body());
   req.peer = std::move(peer);
   req.admin_listener = admin;
-  req.deadline = Clock::now() + timeout;
   return req;
 }
 
@@ -238,7 +236,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   void dispatch() {
     http_version_ = parser_->get().version();
     keep_alive_ = parser_->get().keep_alive();
-    Request req = to_request(parser_->get(), peer_, admin_, server_.opts.request_timeout);
+    Request req = to_request(parser_->get(), peer_, admin_);
     request_id_ = req.request_id;
 
     const auto m = server_.router.match(req.method, req.path, admin_);

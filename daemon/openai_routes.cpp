@@ -115,7 +115,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   // Submits prompts x n sequences; `echo[p]` leads prompt p's text. Throws what
   // Engine::submit throws, after cancelling whatever it had already submitted.
   void start(engine::Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
-             const std::vector<std::string>& echo, Clock::time_point deadline, const std::string& request_id) {
+             const std::vector<std::string>& echo, const std::string& request_id) {
     std::unique_lock lock(mu_);
     const size_t total = prompts.size() * static_cast<size_t>(req_.n);
     choices_.resize(total);
@@ -144,7 +144,6 @@ class Generation : public std::enable_shared_from_this<Generation> {
           r.stop = req_.stop;
           r.stop_token_ids = req_.stop_token_ids;
           r.skip_special_tokens = req_.skip_special_tokens;
-          r.deadline = deadline;
           r.sink = [self = shared_from_this(), index](engine::Delta&& d) { self->on_delta(index, std::move(d)); };
           handles_.push_back(eng.submit(std::move(r)));
         }
@@ -347,7 +346,7 @@ void generate(ApiContext& api, Api kind, const Request& req, const std::shared_p
                             static_cast<int64_t>(std::time(nullptr)), api.options.served_model_name};
   auto gen = std::make_shared<Generation>(std::move(g), std::move(meta), out, api.shared_from_this(), tok);
   try {
-    gen->start(*eng, prompts, echo, req.deadline, req.request_id);
+    gen->start(*eng, prompts, echo, req.request_id);
   } catch (const engine::InvalidRequest& e) {
     // The engine says "prompt"; a chat client wrote messages.
     throw HttpError(400, e.what(), {}, kind == Api::Chat && e.field == "prompt" ? "messages" : e.field);

@@ -35,7 +35,6 @@ struct Engine::Live {
   Live(SeqId id, GenerationRequest r, const Tokenizer& tok)
       : id(id), req(std::move(r)), sampler(req.sampling), out(tok, req.skip_special_tokens, req.stop) {}
 
-  bool expired(Clock::time_point now) const { return handle->cancelled() || (req.deadline && now > *req.deadline); }
 };
 
 int resolve_max_model_len(const ModelConfig& mc, int asked) {
@@ -263,7 +262,7 @@ void Engine::loop() {
       take_inbox();
       if (stopping_) break;
     }
-    drop_expired();
+    drop_cancelled();
     step();
     publish_stats();
   }
@@ -288,11 +287,10 @@ void Engine::publish_stats() {
   steps_total_.store(c.steps);
 }
 
-void Engine::drop_expired() {
-  const auto now = Clock::now();
+void Engine::drop_cancelled() {
   std::vector<SeqId> gone;
   for (auto& [id, r] : live_)
-    if (r->expired(now)) gone.push_back(id);
+    if (r->handle->cancelled()) gone.push_back(id);
   for (SeqId id : gone) {
     live_.at(id)->cached_tokens = scheduler_->view(id).cached_tokens;
     scheduler_->finish(id);

@@ -114,7 +114,6 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool skip_special_tokens = true;
-  std::optional<std::chrono::steady_clock::time_point> deadline;
   bool priority = false;  // jumps the waiting queue (health probes: they measure the engine, not the queue)
   std::function<void(Delta&&)> sink;
 };
@@ -204,7 +203,7 @@ class Engine {
   void take_inbox();                         // step loop; mu_ held
   void do_reset(const std::string& reason);  // step loop; mu_ held
   bool reform_group(const std::string& reason);  // step loop; mu_ not held
-  void drop_expired();
+  void drop_cancelled();  // requests whose caller cancelled them (a hang-up, a timeout)
   void step();
   void stall_if_armed();
   void corrupt_if_armed();
