@@ -91,6 +91,15 @@ void ControlHead::on_message(const std::shared_ptr<Connection>& c, const json::o
     s.heard = Clock::now();
     if (t == "heartbeat") {
       if (const auto* steps = m.if_contains("steps")) s.state.steps = json::value_to<uint64_t>(*steps);
+      const auto* gen = m.if_contains("generation");
+      const auto* health = m.if_contains("health");
+      if (health && gen && gen->is_int64() && gen->as_int64() >= generation_) {
+        try {
+          s.state.health = signals_from_json(*health);
+        } catch (const std::invalid_argument& e) {
+          spdlog::error("control plane: rank {}'s heartbeat: {}", s.state.rank, e.what());
+        }
+      }
     } else if (t == "ready") {
       s.state.ready = true;
       spdlog::info("control plane: rank {} has loaded its share of the model", s.state.rank);
@@ -160,8 +169,11 @@ void ControlHead::send_reform(int generation) {
     if (s.state.rank > 0 && !s.conn)
       throw std::runtime_error(fmt::format("worker rank {} is not connected", s.state.rank));
   const json::object m{{"type", "reform"}, {"generation", generation}};
-  for (auto& s : slots_)
+  for (auto& s : slots_) {
     if (s.conn) s.conn->send(m);
+    s.state.health.clear();
+  }
+  generation_ = generation;
   broken_.clear();
 }
 

@@ -39,6 +39,9 @@ struct RankState {
   std::string address;     // where it reaches the head from (its data-plane address)
   uint64_t steps = 0;      // plans it has finished, from its last heartbeat
   double heard_ago_s = 0;  // since its last frame
+  // Its monitors that are not ok, from its last heartbeat in the group's
+  // current generation (a report from before a re-forming is dropped).
+  std::vector<health::Signal> health;
 };
 
 class ControlHead {
@@ -59,7 +62,8 @@ class ControlHead {
   void send_plan(const engine::StepPlan& plan);
   // Orders every worker to form the data plane as `generation`: the first
   // order a worker gets after joining, and after an abort the order to re-form
-  // (each aborts what it is blocked in first). Throws std::runtime_error naming
+  // (each aborts what it is blocked in first). Workers' health reports start
+  // afresh. Throws std::runtime_error naming
   // a worker rank that is not connected: it could never join.
   void send_reform(int generation);
   // What is wrong with the group, if anything: a worker has left since the
@@ -67,6 +71,8 @@ class ControlHead {
   // broken), or one is silent for longer than `silence` (stopped, or cut off).
   std::optional<std::string> trouble(std::chrono::milliseconds silence) const;
   std::vector<RankState> ranks() const;
+  // The port it listens on (the one asked for, or the one chosen for port 0).
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
 
  private:
   void accept();
@@ -85,6 +91,7 @@ class ControlHead {
     std::chrono::steady_clock::time_point heard;
   };
   std::string broken_;  // why the group broke since it last formed: a worker left
+  int generation_ = -1;  // the last send_reform's
   std::vector<Slot> slots_;  // index = rank; slot 0 is the head itself
 };
 

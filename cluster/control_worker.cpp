@@ -99,6 +99,7 @@ void ControlWorker::on_message(json::object m) {
     spdlog::warn("control plane: the head re-forms the group as generation {}", generation);
     orders_.clear();
     orders_.push_back(Order{{}, generation});
+    generation_ = generation;
     if (opts_.on_reform) opts_.on_reform(generation);
   } else if (t == "plan") {
     try {
@@ -123,12 +124,18 @@ void ControlWorker::on_close(const std::string& why) {
 
 void ControlWorker::beat() {
   std::shared_ptr<Connection> c;
+  int generation = -1;
   {
     std::lock_guard lk(mu_);
     if (gone_) return;
     c = conn_;
+    generation = generation_;
   }
-  if (c) c->send({{"type", "heartbeat"}, {"rank", opts_.rank}, {"steps", steps_.load()}});
+  if (c) {
+    json::object m{{"type", "heartbeat"}, {"rank", opts_.rank}, {"steps", steps_.load()}, {"generation", generation}};
+    if (opts_.health) m["health"] = signals_to_json(opts_.health());
+    c->send(std::move(m));
+  }
   heartbeat_.expires_after(opts_.heartbeat_interval);
   heartbeat_.async_wait([this](auto ec) { if (!ec) beat(); });
 }

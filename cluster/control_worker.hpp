@@ -1,7 +1,8 @@
 // A worker rank's end of the control plane: it connects to the head (retrying
 // while the head is not up yet), says hello with its rank and fingerprint, and
 // then hands the head's step plans to the rank's loop in order, with a
-// heartbeat every half second carrying how many plans it has finished.
+// heartbeat every half second carrying how many plans it has finished, the
+// generation it is in and its health report.
 #pragma once
 #include <boost/asio.hpp>
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cluster/messages.hpp"
 
@@ -37,6 +39,9 @@ struct WorkerOptions {
   // The head is re-forming the group: called on the control plane's thread as
   // the order arrives, so the rank can abort a collective it is blocked in.
   std::function<void(int generation)> on_reform;
+  // This rank's monitors that are not ok, for each heartbeat (called on the
+  // control plane's thread); none when unset.
+  std::function<std::vector<health::Signal>()> health;
 };
 
 // What the head asks of a worker next: run a plan, or re-form the group's data
@@ -81,6 +86,7 @@ class ControlWorker {
   std::thread thread_;
   std::shared_ptr<Connection> conn_;
   std::atomic<uint64_t> steps_{0};
+  int generation_ = -1;  // the last the head ordered
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool welcomed_ = false;

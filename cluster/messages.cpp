@@ -52,6 +52,30 @@ std::optional<std::string> Fingerprint::differs(const Fingerprint& w, int rank) 
   return diff("device", device, w.device);
 }
 
+json::array signals_to_json(const std::vector<health::Signal>& signals) {
+  json::array out;
+  for (const auto& s : signals)
+    out.push_back(json::object{{"monitor", s.monitor}, {"level", health::level_name(s.level)}, {"reason", s.reason}});
+  return out;
+}
+
+std::vector<health::Signal> signals_from_json(const json::value& v) {
+  if (!v.is_array()) throw std::invalid_argument("health: not an array");
+  std::vector<health::Signal> out;
+  for (const auto& e : v.as_array()) {
+    const auto* o = e.if_object();
+    const auto* monitor = o ? o->if_contains("monitor") : nullptr;
+    const auto* level = o ? o->if_contains("level") : nullptr;
+    const auto* reason = o ? o->if_contains("reason") : nullptr;
+    if (!monitor || !monitor->is_string() || !level || !level->is_string() || !reason || !reason->is_string())
+      throw std::invalid_argument("health: each entry is {monitor, level, reason}, all strings");
+    const auto l = health::level_from_name(level->as_string());
+    if (!l) throw std::invalid_argument(fmt::format("health: unknown level '{}'", std::string_view(level->as_string())));
+    out.push_back({std::string(monitor->as_string()), *l, std::string(reason->as_string())});
+  }
+  return out;
+}
+
 Fingerprint model_fingerprint(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw std::runtime_error("cannot open model file " + path);

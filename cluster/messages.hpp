@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/sched/step_plan.hpp"
+#include "health/signal.hpp"
 
 namespace inferd::cluster {
 
@@ -37,6 +39,12 @@ struct Fingerprint {
 
 // Reads the model file's identity (size and header hash); throws naming the path.
 Fingerprint model_fingerprint(const std::string& model_path);
+
+// A worker's health report, sent with its heartbeat: its monitors that are not
+// ok, as [{"monitor", "level", "reason"}].
+boost::json::array signals_to_json(const std::vector<health::Signal>& signals);
+// Throws std::invalid_argument naming what is wrong.
+std::vector<health::Signal> signals_from_json(const boost::json::value& v);
 
 boost::json::object plan_to_json(const engine::StepPlan& plan);
 // Throws std::invalid_argument naming the field when a frame is not a plan.

@@ -86,7 +86,7 @@ Daemon::Daemon(Config config, CommandLine cmd)
   lifecycle_.on_change([this](State from, State to, std::string_view reason) { on_transition(from, to, reason); });
   lifecycle_.on_activity([this](State state, std::string_view activity) { on_activity(state, activity); });
   register_metrics();
-  if (!config_.parallel.headless) http_ = std::make_unique<HttpServer>(http_options(config_.server), &metrics_);
+  http_ = std::make_unique<HttpServer>(http_options(config_.server), &metrics_);
 }
 
 Daemon::~Daemon() {
@@ -166,7 +166,9 @@ int Daemon::run() {
   wait_signals();
   if (http_) {
     register_health_routes(*http_, lifecycle_, metrics_, served_model_,
-                           {.loop_alive = [this] { return loop_alive(); }, .api_key = config_.server.api_key});
+                           {.loop_alive = [this] { return loop_alive(); },
+                            .api_key = config_.server.api_key,
+                            .models = !config_.parallel.headless});
     register_admin_routes(*http_, config_.server);
     try {
       http_->start();
@@ -183,9 +185,10 @@ int Daemon::run() {
       spdlog::info("admin endpoints: not served (no admin key, no admin listener)");
     else
       spdlog::info("admin endpoints: on the admin listener only");
-  } else {
-    spdlog::info("headless worker rank {} of {}: no HTTP API", config_.parallel.node_rank, config_.parallel.nnodes);
   }
+  if (config_.parallel.headless)
+    spdlog::info("headless worker rank {} of {}: /health/*, /metrics and admin routes on {}:{}, no inference API",
+                 config_.parallel.node_rank, config_.parallel.nnodes, config_.server.host, config_.server.port);
 
   lifecycle_.transition(State::Loading, fmt::format("model {}", config_.model.path));
   const double load_limit = load_timeout_s(config_);

@@ -89,11 +89,23 @@ EngineHost::EngineHost(Daemon& daemon) {
         {.served_model_name = daemon.config().model_name(), .api_key = daemon.config().server.api_key}));
 }
 
-std::optional<health::Signal> EngineHost::group_signal() const {
+std::vector<health::Signal> EngineHost::group_signals() const {
   const HeadGroup* g = group_ptr_.load();
-  if (!g) return std::nullopt;
+  if (!g) return {};
   const auto trouble = g->trouble();
-  return health::Signal{"group", trouble ? health::Level::Critical : health::Level::Ok, trouble.value_or("")};
+  std::vector<health::Signal> out{{"group", trouble ? health::Level::Critical : health::Level::Ok, trouble.value_or("")}};
+  // The head supervises the whole group: a rank under pressure slows every
+  // step, and an error on one rank's transport breaks the data plane for all.
+  for (const auto& r : g->control().ranks()) {
+    if (r.rank == 0) continue;
+    health::Signal s{"rank" + std::to_string(r.rank), health::Level::Ok, ""};
+    for (const auto& m : r.health) {
+      s.level = health::worst(s.level, m.level);
+      s.reason += (s.reason.empty() ? "" : "; ") + m.monitor + ": " + m.reason;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 EngineHost::~EngineHost() {

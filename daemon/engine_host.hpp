@@ -26,9 +26,10 @@ class EngineHost {
   ~EngineHost();
 
   std::shared_ptr<engine::Engine> engine() const { return engine_.load(); }
-  // With tensor_parallel_size > 1: the group's health (a worker gone or
-  // silent is critical); nullopt for a single rank.
-  std::optional<health::Signal> group_signal() const;
+  // With tensor_parallel_size > 1: the group's health ("group": a worker gone
+  // or silent is critical) and each worker rank's own ("rank1", ...: the worst
+  // of the monitors it reported); nothing for a single rank.
+  std::vector<health::Signal> group_signals() const;
 
  private:
   void load(Daemon& d);

@@ -87,6 +87,7 @@ void register_health_routes(HttpServer& http, const Lifecycle& lifecycle, const 
       },
       always);
 
+  if (!options.models) return;
   http.route(
       "GET", "/v1/models",
       [&model, key = options.api_key](const Request& req) {

@@ -42,6 +42,8 @@ struct HealthRouteOptions {
   std::function<bool()> loop_alive;
   // Non-empty: /v1/models requires "Authorization: Bearer <key>", as the other /v1 routes do.
   std::string api_key;
+  // False on a worker rank: it serves no model, so no /v1/models.
+  bool models = true;
 };
 
 // Register before the server starts. Every argument must outlive the server.

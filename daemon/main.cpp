@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
       const int code = daemon.run();
       if (code != 0 || daemon.abandoned_startup()) {
         spdlog::shutdown();
+        worker.restore_stderr();
         std::_Exit(code);
       }
       return code;

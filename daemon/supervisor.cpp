@@ -10,7 +10,7 @@ namespace inferd::daemon {
 Supervisor::Supervisor(Daemon& daemon, EngineHost& engines, WarmupHost& warmup)
     : daemon_(daemon),
       enabled_(daemon.config().health.enable),
-      sampler_(daemon, engines,
+      sampler_(daemon, &engines,
                [this] { boost::asio::post(daemon_.supervisor_loop(), [this] { sample_and_act(true); }); }),
       report_(daemon.metrics(), sampler_),
       actions_(daemon, engines, warmup,

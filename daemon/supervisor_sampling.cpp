@@ -20,10 +20,10 @@ health::Procfs procfs(const Daemon& d) { return health::Procfs(d.config().health
 
 }  // namespace
 
-HealthSampler::HealthSampler(Daemon& daemon, EngineHost& engines, std::function<void()> on_pressure)
+HealthSampler::HealthSampler(Daemon& daemon, EngineHost* engines, std::function<void()> on_pressure)
     : HealthSampler(daemon, engines, std::move(on_pressure), monitor_settings(daemon.config().health)) {}
 
-HealthSampler::HealthSampler(Daemon& daemon, EngineHost& engines, std::function<void()> on_pressure,
+HealthSampler::HealthSampler(Daemon& daemon, EngineHost* engines, std::function<void()> on_pressure,
                              const MonitorSettings& s)
     : daemon_(daemon),
       engines_(engines),
@@ -54,7 +54,7 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost& engines, std::function<
   });
   if (h.enable)
     daemon.set_step_deadline([this] { return step_deadline_.deadline(daemon_.heartbeat().step_work()); });
-  prober_ = std::thread([this] { probe_loop(); });
+  if (engines_) prober_ = std::thread([this] { probe_loop(); });
   psi_trigger_ = std::make_unique<health::PsiTrigger>(health::PsiTriggerOptions{}, procfs(daemon));
   if (psi_trigger_->available()) {
     spdlog::info("supervisor: kernel PSI trigger '{}' on memory pressure", psi_trigger_->trigger());
@@ -121,7 +121,7 @@ void HealthSampler::probe_loop() {
     if (quitting_) return;
     probe_soon_ = false;
     const State s = daemon_.lifecycle().state();
-    auto eng = engines_.engine();
+    auto eng = engines_->engine();
     if (!eng || !baselined_ || (s != State::Serving && s != State::Degraded)) continue;
     lk.unlock();
     if (!probe_.has_golden()) {
@@ -137,7 +137,7 @@ void HealthSampler::probe_loop() {
 }
 
 std::optional<health::ProbeResult> HealthSampler::probe_now() {
-  auto eng = engines_.engine();
+  auto eng = engines_ ? engines_->engine() : nullptr;
   // A probe is a generation: while a recovery warms the engine it would share the
   // warm-up's steps and change the shapes that run must touch on its own.
   if (!eng || !baselined_ || !daemon_.lifecycle().admits_generation()) return std::nullopt;
@@ -194,7 +194,8 @@ MonitorSample HealthSampler::sample(bool pressure_now) {
     step_deadline_.record_step(duration_cast<nanoseconds>(hb.last_step()), hb.last_work());
   }
   out.signals.push_back(step_obs_.get(now, all, [&] { return step_deadline_.sample(); }).signal);
-  if (auto group = engines_.group_signal()) out.signals.push_back(*group);
+  if (engines_)
+    for (auto& s : engines_->group_signals()) out.signals.push_back(std::move(s));
   if (probe_failed_.exchange(false)) out.signals.push_back(probe_.signal());
   return out;
 }

@@ -48,7 +48,9 @@ class HealthSampler {
  public:
   // `on_pressure` is called from the PSI trigger's thread when memory pressure
   // rises. Throws when MemAvailable is below [health] min_available_bytes.
-  HealthSampler(Daemon& daemon, EngineHost& engines, std::function<void()> on_pressure);
+  // Without `engines` (a worker rank: the head runs the group's probe) there is
+  // no generation probe and no group signal.
+  HealthSampler(Daemon& daemon, EngineHost* engines, std::function<void()> on_pressure);
   ~HealthSampler();
   HealthSampler(const HealthSampler&) = delete;
   HealthSampler& operator=(const HealthSampler&) = delete;
@@ -97,14 +99,14 @@ class HealthSampler {
     }
   };
 
-  HealthSampler(Daemon& daemon, EngineHost& engines, std::function<void()> on_pressure, const MonitorSettings& s);
+  HealthSampler(Daemon& daemon, EngineHost* engines, std::function<void()> on_pressure, const MonitorSettings& s);
   void take_baselines();
   void probe_loop();
   void wait_for_pressure(std::function<void()> on_pressure);
   std::chrono::milliseconds probe_budget() const;
 
   Daemon& daemon_;
-  EngineHost& engines_;
+  EngineHost* engines_;
   const MonitorIntervals every_;
 
   health::LogScanner scanner_;

@@ -58,8 +58,10 @@ class HeadGroup {
 // A worker's: joins the head (refused: cluster::Refused with the head's reason),
 // then forms the data plane from the address it reached the head from.
 struct WorkerGroup {
-  // `on_reform` hears the head's order to re-form, on the control plane's thread.
-  WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled, std::function<void(int)> on_reform);
+  // `on_reform` hears the head's order to re-form, and `health` is asked for
+  // this rank's health report at each heartbeat, both on the control plane's thread.
+  WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled, std::function<void(int)> on_reform,
+              std::function<std::vector<health::Signal>()> health);
   // After the head has gone: joins its restart (the model stays loaded) and
   // re-forms the data plane at the generation its first order names.
   void rejoin(const std::function<bool()>& cancelled);

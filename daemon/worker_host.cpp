@@ -8,7 +8,7 @@
 
 namespace inferd::daemon {
 
-WorkerHost::WorkerHost(Daemon& daemon) {
+WorkerHost::WorkerHost(Daemon& daemon) : health_(daemon) {
   daemon.set_load_hook([this](Daemon& d) { load(d); });
 }
 
@@ -23,10 +23,15 @@ void WorkerHost::load(Daemon& d) {
   const Config& cfg = d.config();
   d.lifecycle().set_activity("joining the head at " + cfg.parallel.master_addr + ":" +
                              std::to_string(cfg.parallel.master_port));
-  group_ = std::make_unique<WorkerGroup>(cfg, [&d] { return d.stopping(); }, [this](int generation) {
-    // A collective this rank is blocked in returns, so the loop reaches the order.
-    if (auto* c = collectives_.load()) c->abort("the head re-forms the group as generation " + std::to_string(generation));
-  });
+  group_ = std::make_unique<WorkerGroup>(
+      cfg, [&d] { return d.stopping(); },
+      [this](int generation) {
+        health_.clear();
+        // A collective this rank is blocked in returns, so the loop reaches the order.
+        if (auto* c = collectives_.load())
+          c->abort("the head re-forms the group as generation " + std::to_string(generation));
+      },
+      [this] { return health_.report(); });
   collectives_ = group_->collectives.get();
   d.lifecycle().set_activity("loading this rank's share of the model");
   engine::EngineOptions opts = engine_options(cfg);

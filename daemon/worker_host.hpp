@@ -1,13 +1,16 @@
 // A headless worker rank in the daemon: at Loading it joins the head and the
 // data plane and loads its share of the model; once Serving it runs the head's
 // step plans, in order, on its own thread. When the head goes it keeps its
-// share of the model and joins the head's restart. It serves no API.
+// share of the model and joins the head's restart. Its health monitors report
+// to the head with each heartbeat. It serves no API: only /health/* and
+// /metrics (and the admin routes) on its own port.
 #pragma once
 #include <atomic>
 #include <memory>
 #include <thread>
 
 #include "daemon/tensor_parallel_group.hpp"
+#include "daemon/worker_health.hpp"
 #include "engine/rank_worker.hpp"
 
 namespace inferd::daemon {
@@ -16,8 +19,12 @@ class Daemon;
 
 class WorkerHost {
  public:
+  // Throws when MemAvailable is below [health] min_available_bytes.
   explicit WorkerHost(Daemon& daemon);
   ~WorkerHost();
+
+  // See HealthSampler::restore_stderr.
+  void restore_stderr() { health_.restore_stderr(); }
 
  private:
   void load(Daemon& d);
@@ -25,6 +32,7 @@ class WorkerHost {
   // Runs the head's orders until it goes (true) or this rank fails or stops (false).
   bool run_orders(Daemon& d);
 
+  WorkerHealth health_;
   std::unique_ptr<WorkerGroup> group_;
   std::atomic<comm::Collectives*> collectives_{nullptr};  // set once joined; read by the control plane's thread
   std::unique_ptr<engine::RankWorker> rank_;

@@ -1,6 +1,7 @@
 // What every monitor hands the recovery policy: a level on one ladder and the
 // reason in words, so each decision can be logged as it was made.
 #pragma once
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,12 @@ constexpr std::string_view level_name(Level level) {
     case Level::Critical: return "critical";
   }
   return "?";
+}
+
+constexpr std::optional<Level> level_from_name(std::string_view name) {
+  for (Level l : {Level::Ok, Level::Warn, Level::Shed, Level::Critical})
+    if (level_name(l) == name) return l;
+  return std::nullopt;
 }
 
 constexpr Level worst(Level a, Level b) { return a < b ? b : a; }

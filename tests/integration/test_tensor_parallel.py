@@ -13,7 +13,7 @@ import time
 import pytest
 import requests
 
-from conftest import INFERD, Daemon, default_model, free_port, needs_faults
+from conftest import INFERD, Daemon, default_model, free_port, metric, needs_faults
 
 PROMPTS = [
     "The capital of France is",
@@ -127,6 +127,37 @@ def test_tp2_gives_the_single_rank_greedy_completions(start_daemon, group):
     assert 'inferd_tp_rank_joined{rank="0"} 1' in metrics and 'inferd_tp_rank_joined{rank="1"} 1' in metrics
     steps = next(l for l in metrics.splitlines() if l.startswith('inferd_tp_rank_steps_total{rank="1"}'))
     assert float(steps.split()[-1]) > 0
+    # The worker serves its own health and metrics, and no inference API.
+    w = workers[0]
+    assert w.get("/health/live").status_code == 200 and w.state() == "Serving"
+    assert metric(w, "inferd_process_rss_bytes") > 0 and metric(w, "inferd_monitor_samples_total", {"monitor": "meminfo"}) > 0
+    assert w.get("/v1/models").status_code == 404
+    assert w.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 404
+
+
+@needs_faults
+def test_an_error_line_on_a_worker_reaches_the_head_which_sheds_for_the_group(group):
+    """A worker's monitors report to the head with its heartbeats: an error
+    line a library writes on the worker's stderr makes the head shed as if it
+    were its own, naming the rank, and calm brings the group back."""
+    fast = ["--health-interval-ms", "100", "--probe-interval", "0"]
+    head, (worker,) = group(2, worker_extra=fast, head_extra=fast)
+    worker.wait_for("Serving", timeout=60)
+    line = "[rank1] UCX  ERROR ibv_reg_mr failed: rcache"
+    assert worker.admin_post("/admin/fault", json={"name": "log.inject", "value": line}).status_code == 200
+    deadline = time.monotonic() + 30
+    while head.state() != "Degraded":
+        assert time.monotonic() < deadline, head.output()[-3000:]
+        time.sleep(0.05)
+    shed = head.admin_get("/admin/supervisor").json()["decisions"][0]
+    assert (shed["action"], shed["monitors"]) == ("shed", ["rank1"]), shed
+    assert "shedding load: rank1: log: 1 new ucx line(s)" in head.output()
+    assert metric(worker, "inferd_log_lines_total", {"category": "ucx", "baseline": "after"}) == 1
+    deadline = time.monotonic() + 60
+    while head.state() != "Serving":
+        assert time.monotonic() < deadline, head.output()[-3000:]
+        time.sleep(0.1)
+    assert complete(head, "The capital of France is")["text"]
 
 
 def test_a_worker_with_another_configuration_is_refused_with_the_reason_on_both_sides(group):

@@ -1,0 +1,81 @@
+// The control plane of a tensor-parallel group on loopback: a real head and a
+// real worker exchanging hello, orders and heartbeats.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "cluster/control_head.hpp"
+#include "cluster/control_worker.hpp"
+
+using namespace inferd::cluster;
+using inferd::health::Level;
+using inferd::health::Signal;
+using namespace std::chrono_literals;
+
+namespace {
+
+Fingerprint fingerprint() {
+  Fingerprint f;
+  f.model_bytes = 1;
+  f.model_hash = "test";
+  f.tensor_parallel_size = 2;
+  return f;
+}
+
+// The worker's health report, as the head last heard it, once it equals
+// `want` (polls for up to 10 s: heartbeats come every 20 ms).
+bool head_hears(const ControlHead& head, const std::vector<Signal>& want) {
+  for (int i = 0; i < 500; ++i) {
+    const auto ranks = head.ranks();
+    const auto& got = ranks.at(1).health;
+    bool same = got.size() == want.size();
+    for (size_t k = 0; same && k < got.size(); ++k)
+      same = got[k].monitor == want[k].monitor && got[k].level == want[k].level && got[k].reason == want[k].reason;
+    if (same) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_SUITE("cluster") {
+  TEST_CASE("control plane: a worker's health report reaches the head with its heartbeats; a re-forming starts it afresh") {
+    ControlHead head({.address = "127.0.0.1", .port = 0, .world_size = 2, .fingerprint = fingerprint()});
+    std::mutex mu;
+    std::vector<Signal> report{{"meminfo", Level::Shed, "MemAvailable 90 MiB below the shed floor"}};
+    WorkerOptions o{.master_addr = "127.0.0.1", .master_port = head.port(), .rank = 1, .fingerprint = fingerprint()};
+    o.heartbeat_interval = 20ms;
+    o.health = [&] {
+      std::lock_guard lk(mu);
+      return report;
+    };
+    ControlWorker worker(o);
+    worker.join(10s, {});
+    head.send_reform(0);
+    auto order = worker.next();
+    REQUIRE(order);
+    CHECK(order->reform == 0);
+    CHECK(head_hears(head, report));
+
+    {
+      std::lock_guard lk(mu);
+      report = {{"log", Level::Critical, "nccl: 1 line(s) matched"}, {"psi", Level::Warn, "memory some avg10 12"}};
+    }
+    CHECK(head_hears(head, report));
+
+    // The order to re-form drops what the worker reported before it.
+    {
+      std::lock_guard lk(mu);
+      report.clear();
+    }
+    head.send_reform(1);
+    CHECK(head.ranks().at(1).health.empty());
+    order = worker.next();
+    REQUIRE(order);
+    CHECK(order->reform == 1);
+    CHECK(head_hears(head, {}));
+  }
+}
