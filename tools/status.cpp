@@ -2,10 +2,14 @@
 // (load or warm-up progress, shedding, recovery), the model load, uptime and the served model, read from
 // /health/ready, /metrics and /v1/models; and, where /admin/supervisor answers
 // (with --admin-api-key, or at --admin-url on the admin listener), the monitors
-// and the supervisor's last decision.
+// and the supervisor's last decision; for the head of a tensor-parallel group,
+// a line per rank.
 // Exit 0 when the daemon answered, 1 when it could not be reached.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -25,7 +29,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: inferctl status [--url http://127.0.0.1:8000] [--timeout SECONDS] [--api-key KEY]\n"
     "                       [--admin-url URL] [--admin-api-key KEY]\n"
-    "Prints the daemon's lifecycle state, activity, model load, uptime, served model and health.\n"
+    "Prints the daemon's lifecycle state, activity, model load, uptime, served model and health;\n"
+    "at the head of a tensor-parallel group, each rank (joined, steps, last heard, health).\n"
     "Health comes from /admin/supervisor, asked at --admin-url (default: --url; the daemon's\n"
     "admin listener needs no key) with --admin-api-key when the daemon has an admin key.\n";
 
@@ -43,6 +48,24 @@ std::optional<double> metric_value(const std::string& text, std::string_view nam
     }
   }
   return std::nullopt;
+}
+
+// Each sample of `name` by its one label's value, e.g. inferd_tp_rank_joined{rank="1"} 1.
+std::map<std::string, double> labeled_values(const std::string& text, std::string_view name, std::string_view label) {
+  const std::string head = std::string(name) + "{" + std::string(label) + "=\"";
+  std::map<std::string, double> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with(head)) continue;
+    const auto end = line.find("\"} ", head.size());
+    if (end == std::string::npos) continue;
+    try {
+      out[line.substr(head.size(), end - head.size())] = std::stod(line.substr(end + 3));
+    } catch (const std::exception&) {
+    }
+  }
+  return out;
 }
 
 std::string format_duration(double s) {
@@ -74,6 +97,41 @@ std::string describe_load(const std::string& metrics) {
 std::string string_field(const boost::json::object& o, std::string_view key) {
   const auto* v = o.if_contains(key);
   return v && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+// A tensor-parallel group's ranks as the head's /metrics show them, with each
+// worker's health from /admin/supervisor's "rankN" monitor where it was read:
+// {"rank 0:   joined (head)", "rank 1:   joined, 812 steps, heard 0.3s ago, ok"}.
+std::vector<std::string> describe_ranks(const std::string& metrics, const boost::json::value& supervisor) {
+  const auto joined = labeled_values(metrics, "inferd_tp_rank_joined", "rank");
+  const auto steps = labeled_values(metrics, "inferd_tp_rank_steps_total", "rank");
+  const auto heard = labeled_values(metrics, "inferd_tp_rank_heard_seconds", "rank");
+  std::map<std::string, std::string> health;  // "1" -> "ok" or "shed (log: ...)"
+  if (const auto* o = supervisor.if_object())
+    if (const auto* ms = o->if_contains("monitors"); ms && ms->is_array())
+      for (const auto& m : ms->as_array()) {
+        if (!m.is_object()) continue;
+        const std::string name = string_field(m.as_object(), "monitor"), level = string_field(m.as_object(), "level");
+        if (name.starts_with("rank"))
+          health[name.substr(4)] = level == "ok" ? level : level + " (" + string_field(m.as_object(), "reason") + ")";
+      }
+  std::vector<std::pair<int, std::string>> rows;
+  for (const auto& [rank, j] : joined) {
+    std::string row = j > 0 ? "joined" : "not joined";
+    if (rank == "0") row += " (head)";
+    if (auto it = steps.find(rank); it != steps.end()) row += ", " + std::to_string(std::llround(it->second)) + " steps";
+    if (auto it = heard.find(rank); it != heard.end() && j > 0) row += ", heard " + format_duration(it->second) + " ago";
+    if (auto it = health.find(rank); it != health.end()) row += ", " + it->second;
+    rows.emplace_back(std::atoi(rank.c_str()), std::move(row));
+  }
+  std::sort(rows.begin(), rows.end());
+  std::vector<std::string> out;
+  for (auto& [rank, row] : rows) {
+    std::string head = "rank " + std::to_string(rank) + ":";
+    head.resize(std::max<size_t>(head.size() + 1, 10), ' ');
+    out.push_back(head + row);
+  }
+  return out;
 }
 
 // From /admin/supervisor: "ok" or the monitors not ok, the recovery budget, and
@@ -135,10 +193,11 @@ int cmd_status(const Args& args) {
   const std::string state = string_field(health, "state");
   const std::string activity = string_field(health, "activity");
 
-  std::string uptime = "unknown", load = "-";
+  std::string uptime = "unknown", load = "-", metrics;
   if (const HttpReply m = http_request(url, "GET", "/metrics", {}, timeout); m.status == 200) {
     if (auto s = metric_value(m.body, "inferd_uptime_seconds")) uptime = format_duration(*s);
     load = describe_load(m.body);
+    metrics = m.body;
   }
   std::string model = "none loaded";
   if (const HttpReply r = http_request(url, "GET", "/v1/models", {}, timeout, args.get("api-key", "")); r.status == 200) {
@@ -167,11 +226,14 @@ int cmd_status(const Args& args) {
   } catch (const std::runtime_error&) {
     admin.status = 0;  // no admin listener there: the health line is left out
   }
+  boost::json::value supervisor;
   if (const HttpReply& r = admin; r.status == 200) {
     const auto lines = describe_supervisor(r.body);
     if (!lines.empty()) std::cout << "health:   " << lines[0] << "\n";
     if (lines.size() > 1) std::cout << "last:     " << lines[1] << "\n";
+    supervisor = boost::json::parse(r.body, ec);
   }
+  for (const std::string& line : describe_ranks(metrics, supervisor)) std::cout << line << "\n";
   return 0;
 }
 

@@ -57,10 +57,29 @@ def admin_key_file(key):
     return f.name
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_ports_given = set()
+
+
+def free_port(count=1):
+    """A loopback port free now and not handed out before in this run (the
+    kernel may offer a port again once its probe socket closes, before the
+    daemon it was meant for has bound it); with count, the ports after it too."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ports = range(port, port + count)
+        if any(p in _ports_given for p in ports):
+            continue
+        try:
+            for p in ports[1:]:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        _ports_given.update(ports)
+        return port
+    raise RuntimeError("no fresh free port")
 
 
 # Shapes small enough that the warm-up every start runs takes seconds, not half a

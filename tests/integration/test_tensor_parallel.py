@@ -3,6 +3,7 @@ head (node rank 0) serving the API and its headless worker running its plans.
 The same greedy completions as a single-rank daemon; a worker that does not
 match the head is refused, with the reason on both sides."""
 import json
+import re
 import secrets
 import signal
 import socket
@@ -13,7 +14,7 @@ import time
 import pytest
 import requests
 
-from conftest import INFERD, Daemon, default_model, free_port, metric, needs_faults
+from conftest import INFERCTL, INFERD, Daemon, default_model, free_port, metric, needs_faults
 
 PROMPTS = [
     "The capital of France is",
@@ -37,15 +38,7 @@ def group_args(n, rank, port):
 
 def free_port_pair():
     """A control-plane port whose successor (the rendezvous store) is free too."""
-    for _ in range(50):
-        p = free_port()
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
+    return free_port(2)
 
 
 @pytest.fixture
@@ -158,6 +151,10 @@ def test_an_error_line_on_a_worker_reaches_the_head_which_sheds_for_the_group(gr
         assert time.monotonic() < deadline, head.output()[-3000:]
         time.sleep(0.1)
     assert complete(head, "The capital of France is")["text"]
+    status = subprocess.run([str(INFERCTL), "status", "--url", head.url, "--admin-api-key", head.admin_key],
+                            capture_output=True, text=True, timeout=30).stdout
+    assert "\nrank 0:   joined (head)\n" in status, status
+    assert re.search(r"\nrank 1:   joined, \d+ steps, heard [\d.]+s ago, ok\n", status), status
 
 
 def test_a_worker_with_another_configuration_is_refused_with_the_reason_on_both_sides(group):
