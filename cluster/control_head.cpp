@@ -100,6 +100,16 @@ void ControlHead::on_message(const std::shared_ptr<Connection>& c, const json::o
           spdlog::error("control plane: rank {}'s heartbeat: {}", s.state.rank, e.what());
         }
       }
+    } else if (t == "coverage") {
+      try {
+        RankCoverage rc{s.state.rank, json::value_to<uint64_t>(m.at("round")), json::value_to<size_t>(m.at("total")),
+                        json::value_to<size_t>(m.at("covered")),
+                        json::value_to<std::vector<std::string>>(m.at("missing"))};
+        s.coverage = std::move(rc);
+        cv_.notify_all();
+      } catch (const std::exception& e) {
+        spdlog::error("control plane: rank {}'s coverage report: {}", s.state.rank, e.what());
+      }
     } else if (t == "ready") {
       s.state.ready = true;
       spdlog::info("control plane: rank {} has loaded its share of the model", s.state.rank);
@@ -175,6 +185,33 @@ void ControlHead::send_reform(int generation) {
   }
   generation_ = generation;
   broken_.clear();
+}
+
+uint64_t ControlHead::order_coverage(bool reset) {
+  std::lock_guard lk(mu_);
+  const uint64_t round = ++coverage_round_;
+  const json::object m{{"type", "coverage"}, {"what", reset ? "reset" : "report"}, {"round", round}};
+  for (auto& s : slots_)
+    if (s.conn) s.conn->send(m);
+  return round;
+}
+
+std::vector<RankCoverage> ControlHead::wait_coverage(uint64_t round, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  std::vector<int> missing;
+  const bool answered = cv_.wait_for(lk, timeout, [&] {
+    missing.clear();
+    for (const auto& s : slots_)
+      if (s.state.rank > 0 && s.coverage.round != round) missing.push_back(s.state.rank);
+    return missing.empty();
+  });
+  if (!answered)
+    throw std::runtime_error(fmt::format("worker rank(s) {} did not report their shape coverage within {} s",
+                                         fmt::join(missing, ", "), timeout.count() / 1000));
+  std::vector<RankCoverage> out;
+  for (const auto& s : slots_)
+    if (s.state.rank > 0) out.push_back(s.coverage);
+  return out;
 }
 
 std::optional<std::string> ControlHead::trouble(std::chrono::milliseconds silence) const {

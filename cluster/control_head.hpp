@@ -44,6 +44,16 @@ struct RankState {
   std::vector<health::Signal> health;
 };
 
+// A worker's answer to a coverage order: what its steps touched of the shape
+// keys they can reach, since the last reset.
+struct RankCoverage {
+  int rank = 0;
+  uint64_t round = 0;
+  size_t total = 0;
+  size_t covered = 0;
+  std::vector<std::string> missing;  // the first few keys not touched
+};
+
 class ControlHead {
  public:
   // Binds and listens (std::runtime_error naming the address when it cannot).
@@ -70,6 +80,13 @@ class ControlHead {
   // group last formed (even if it has rejoined: the data plane is still
   // broken), or one is silent for longer than `silence` (stopped, or cut off).
   std::optional<std::string> trouble(std::chrono::milliseconds silence) const;
+  // Around a warm-up (from the thread that runs it): `reset` has every worker
+  // count touched shape keys afresh; otherwise each is asked for its count,
+  // after the plans sent before this order. Returns the order's round.
+  uint64_t order_coverage(bool reset);
+  // Every worker's answer to round `round`; throws std::runtime_error naming
+  // the ranks that did not answer within `timeout`.
+  std::vector<RankCoverage> wait_coverage(uint64_t round, std::chrono::milliseconds timeout);
   std::vector<RankState> ranks() const;
   // The port it listens on (the one asked for, or the one chosen for port 0).
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
@@ -89,9 +106,11 @@ class ControlHead {
     RankState state;
     std::shared_ptr<Connection> conn;
     std::chrono::steady_clock::time_point heard;
+    RankCoverage coverage;  // its last answer
   };
   std::string broken_;  // why the group broke since it last formed: a worker left
   int generation_ = -1;  // the last send_reform's
+  uint64_t coverage_round_ = 0;
   std::vector<Slot> slots_;  // index = rank; slot 0 is the head itself
 };
 

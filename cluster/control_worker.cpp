@@ -101,6 +101,13 @@ void ControlWorker::on_message(json::object m) {
     orders_.push_back(Order{{}, generation});
     generation_ = generation;
     if (opts_.on_reform) opts_.on_reform(generation);
+  } else if (t == "coverage") {
+    Order o;
+    o.coverage = m.contains("what") && m.at("what").is_string() ? std::string(m.at("what").as_string()) : "";
+    o.round = m.contains("round") && m.at("round").is_uint64() ? m.at("round").as_uint64()
+              : m.contains("round") && m.at("round").is_int64() ? static_cast<uint64_t>(m.at("round").as_int64())
+                                                               : 0;
+    if (o.coverage == "reset" || o.coverage == "report") orders_.push_back(std::move(o));
   } else if (t == "plan") {
     try {
       orders_.push_back(Order{plan_from_json(m), -1});
@@ -138,6 +145,16 @@ void ControlWorker::beat() {
   }
   heartbeat_.expires_after(opts_.heartbeat_interval);
   heartbeat_.async_wait([this](auto ec) { if (!ec) beat(); });
+}
+
+void ControlWorker::report_coverage(uint64_t round, size_t total, size_t covered,
+                                    const std::vector<std::string>& missing) {
+  json::array names;
+  for (const auto& k : missing) names.push_back(json::string(k));
+  std::lock_guard lk(mu_);
+  if (conn_)
+    conn_->send({{"type", "coverage"}, {"rank", opts_.rank}, {"round", round}, {"total", total},
+                 {"covered", covered}, {"missing", std::move(names)}});
 }
 
 void ControlWorker::ready() {

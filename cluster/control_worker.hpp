@@ -44,11 +44,16 @@ struct WorkerOptions {
   std::function<std::vector<health::Signal>()> health;
 };
 
-// What the head asks of a worker next: run a plan, or re-form the group's data
-// plane under a new generation (plans sent before it are dropped).
+// What the head asks of a worker next: run a plan, re-form the group's data
+// plane under a new generation (plans sent before it are dropped), or, around
+// a warm-up, start counting the shape keys its steps touch afresh ("reset") or
+// report what they touched ("report", answered with report_coverage).
 struct Order {
   engine::StepPlan plan;
-  int reform = -1;  // the generation to re-form as; -1: run `plan`
+  int reform = -1;        // the generation to re-form as; -1: not a re-forming
+  std::string coverage;   // "reset" or "report"; empty: not about coverage
+  uint64_t round = 0;     // the coverage report's number, echoed back
+  bool is_plan() const { return reform < 0 && coverage.empty(); }
 };
 
 class ControlWorker {
@@ -70,6 +75,9 @@ class ControlWorker {
   // Tells the head this rank's share of the model is loaded.
   void ready();
   void finished_step() { ++steps_; }
+  // Answers the head's coverage order `round`: the reachable shape keys this
+  // rank's steps touched since the last "reset" (`missing`: the first few not).
+  void report_coverage(uint64_t round, size_t total, size_t covered, const std::vector<std::string>& missing);
   void stop();
   std::string why() const;
 

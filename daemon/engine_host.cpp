@@ -108,6 +108,27 @@ std::vector<health::Signal> EngineHost::group_signals() const {
   return out;
 }
 
+void EngineHost::begin_rank_coverage() {
+  if (HeadGroup* g = group_ptr_.load()) g->control().order_coverage(/*reset=*/true);
+}
+
+std::optional<std::string> EngineHost::rank_coverage_failure() {
+  HeadGroup* g = group_ptr_.load();
+  if (!g) return std::nullopt;
+  const uint64_t round = g->control().order_coverage(/*reset=*/false);
+  try {
+    for (const auto& c : g->control().wait_coverage(round, std::chrono::seconds(30))) {
+      spdlog::info("warm-up coverage on rank {}: {} of {} reachable shape keys touched", c.rank, c.covered, c.total);
+      if (c.covered < c.total)
+        return fmt::format("rank {}: {} of {} reachable shape keys were not touched: {}{}", c.rank, c.total - c.covered,
+                           c.total, fmt::join(c.missing, ", "), c.total - c.covered > c.missing.size() ? ", ..." : "");
+    }
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return std::nullopt;
+}
+
 EngineHost::~EngineHost() {
   // A step waiting in a collective for a worker that has gone must return.
   if (group_) group_->collectives().abort("the head is stopping");

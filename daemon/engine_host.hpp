@@ -30,6 +30,13 @@ class EngineHost {
   // or silent is critical) and each worker rank's own ("rank1", ...: the worst
   // of the monitors it reported); nothing for a single rank.
   std::vector<health::Signal> group_signals() const;
+  // Around a warm-up run, with tensor_parallel_size > 1 (nothing for a single
+  // rank): every worker counts the shape keys its steps touch afresh; then
+  // each reports what it touched of what it can reach. The second returns why
+  // the gate must stay closed ("rank 1: 3 of 120 reachable shape keys were not
+  // touched: ..."), or nothing.
+  void begin_rank_coverage();
+  std::optional<std::string> rank_coverage_failure();
 
  private:
   void load(Daemon& d);

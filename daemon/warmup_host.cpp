@@ -94,7 +94,11 @@ void WarmupHost::warm(Daemon& d, warmup::Depth depth) {
     d.lifecycle().set_activity(std::move(text));
   };
   for (int attempt = 0;; ++attempt) {
-    const warmup::Report report = warmup::run_plan(*eng, plan, reachable, opts, progress, [&] { return d.stopping(); });
+    engines_.begin_rank_coverage();
+    warmup::Report report = warmup::run_plan(*eng, plan, reachable, opts, progress, [&] { return d.stopping(); });
+    // Every rank of a group must have touched its own shapes, not only the head.
+    if (report.passed())
+      if (auto why = engines_.rank_coverage_failure()) report.failure = *why;
     publish(report);
     if (report.passed()) {
       spdlog::info("warm-up passed: {}", warmup::summarize(report));

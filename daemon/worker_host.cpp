@@ -5,6 +5,9 @@
 #include "daemon/daemon.hpp"
 #include "daemon/engine_host.hpp"
 #include "engine/step_heartbeat.hpp"
+#include "faults/fault_points.hpp"
+#include "kernels/shape_registry.hpp"
+#include "warmup/runner.hpp"
 
 namespace inferd::daemon {
 
@@ -38,6 +41,7 @@ void WorkerHost::load(Daemon& d) {
   opts.tp = {cfg.parallel.node_rank, cfg.engine.tensor_parallel_size, group_->collectives.get()};
   rank_ = std::make_unique<engine::RankWorker>(opts);
   rank_->set_cancel_flag(&cancel_);
+  reachable_ = rank_->reachable_shape_keys();
   d.set_drive_heartbeat(false);
   group_->control->ready();
   thread_ = std::thread([this, &d] { run(d); });
@@ -63,8 +67,32 @@ void WorkerHost::run(Daemon& d) {
   }
 }
 
+// The head's warm-up opens its gate only once every rank has touched every
+// shape key its own steps can reach: a rank's shapes differ from the head's
+// (its share of the heads and columns), and a shape first met while serving
+// stalls the whole group in a collective.
+void WorkerHost::report_coverage(const cluster::Order& order) {
+  if (order.coverage == "reset") {
+    kernels::ShapeRegistry::global().clear();
+    return;
+  }
+  // Fault point "rank.shapes_untouched": this rank's steps count as having
+  // touched nothing, as a rank that missed the warm-up would.
+  static const faults::FaultPoint untouched("rank.shapes_untouched");
+  if (untouched.armed()) kernels::ShapeRegistry::global().clear();
+  const warmup::Coverage c = warmup::measure_coverage(reachable_);
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < c.missing.size() && i < 8; ++i) missing.push_back(c.missing[i].str());
+  group_->control->report_coverage(order.round, c.total, c.covered, missing);
+  spdlog::info("warm-up coverage on this rank: {} of {} reachable shape keys touched", c.covered, c.total);
+}
+
 bool WorkerHost::run_orders(Daemon& d) {
   while (auto order = group_->control->next()) {
+    if (!order->coverage.empty()) {
+      report_coverage(*order);
+      continue;
+    }
     if (order->reform >= 0) {
       try {
         group_->collectives->reinit(order->reform);

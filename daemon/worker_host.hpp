@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "daemon/tensor_parallel_group.hpp"
 #include "daemon/worker_health.hpp"
@@ -31,11 +32,13 @@ class WorkerHost {
   void run(Daemon& d);
   // Runs the head's orders until it goes (true) or this rank fails or stops (false).
   bool run_orders(Daemon& d);
+  void report_coverage(const cluster::Order& order);
 
   WorkerHealth health_;
   std::unique_ptr<WorkerGroup> group_;
   std::atomic<comm::Collectives*> collectives_{nullptr};  // set once joined; read by the control plane's thread
   std::unique_ptr<engine::RankWorker> rank_;
+  std::vector<kernels::ShapeKey> reachable_;  // what this rank's warm-up must touch
   std::atomic<bool> cancel_{false};
   std::thread thread_;
 };

@@ -137,11 +137,7 @@ ShapeAxes Engine::shape_axes() const {
 }
 
 std::vector<kernels::ShapeKey> Engine::reachable_shape_keys() const {
-  kernels::ShapeRegistry traced;
-  auto be = kernels::make_shape_tracer(traced);
-  // This rank's shapes; a traced model has no peers to talk to.
-  auto model = load_model(*file_, *be, precision_, {}, TensorParallel{opts_.tp.rank, opts_.tp.size, nullptr});
-  return trace_shape_space(*model, *be, traced, kv_->geometry(), shape_axes());
+  return engine::reachable_shape_keys(*file_, precision_, opts_.tp, kv_->geometry(), shape_axes());
 }
 
 void Engine::stop() {

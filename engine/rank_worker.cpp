@@ -20,9 +20,10 @@ RankWorker::RankWorker(const EngineOptions& opts) {
   kv_ = std::make_unique<KvCache>(plan_kv_cache(mc, max_model_len_, opts), *backend_);
   // Eager: a rank's collectives run between its ops, outside what a captured step holds.
   // The head's graph sizes: a padded decode step must have the same width on every rank.
-  executor_ = std::make_unique<Executor>(
-      *model_, *kv_, *backend_,
-      graph_sizes_for(*backend_, opts.graph_sizes, opts.max_num_seqs, opts.max_num_batched_tokens));
+  const auto graphs = graph_sizes_for(*backend_, opts.graph_sizes, opts.max_num_seqs, opts.max_num_batched_tokens);
+  executor_ = std::make_unique<Executor>(*model_, *kv_, *backend_, graphs);
+  tp_ = opts.tp;
+  axes_ = shape_axes(opts.max_num_batched_tokens, opts.max_num_seqs, max_model_len_, graphs);
   const auto& g = kv_->geometry();
   spdlog::info("worker rank {} of {}: {} ({} of {} kv heads), kv cache {} blocks x {} tokens ({:.0f} MiB), {} threads",
                opts.tp.rank, opts.tp.size, mc.name, mc.kv_heads_here, mc.n_kv_heads, g.num_blocks, g.block_size,
@@ -32,6 +33,10 @@ RankWorker::RankWorker(const EngineOptions& opts) {
 RankWorker::~RankWorker() = default;
 
 const KvGeometry& RankWorker::kv_geometry() const { return kv_->geometry(); }
+
+std::vector<kernels::ShapeKey> RankWorker::reachable_shape_keys() const {
+  return engine::reachable_shape_keys(*file_, Precision::Fast, tp_, kv_->geometry(), axes_);
+}
 
 // Fault point "rank.cold_shape=B[:MS]": this rank's first decode step of batch
 // B stalls MS ms (default 8000) before it runs, as a kernel compiled lazily on

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/shape_space.hpp"
 
 namespace inferd::engine {
 
@@ -29,6 +30,8 @@ class RankWorker {
   // when the group breaks.
   void execute(const StepPlan& plan);
   void set_cancel_flag(const std::atomic<bool>* cancel) { backend_->set_cancel_flag(cancel); }
+  // The shape keys this rank's steps can reach (what its warm-up must touch).
+  std::vector<kernels::ShapeKey> reachable_shape_keys() const;
 
  private:
   void stall_on_cold_shape(const StepPlan& plan);
@@ -40,6 +43,8 @@ class RankWorker {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<Executor> executor_;
   int max_model_len_ = 0;
+  TensorParallel tp_;
+  ShapeAxes axes_;
   std::vector<float> logits_;  // the gathered logits, which only the head samples from
 };
 

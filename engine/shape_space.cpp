@@ -4,6 +4,8 @@
 
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model.hpp"
+#include "engine/models/model_registry.hpp"
+#include "kernels/shape_tracer.hpp"
 #include "kernels/launch_keys.hpp"
 
 namespace inferd::engine {
@@ -83,6 +85,19 @@ std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend&
   for (auto& [key, use] : traced.snapshot()) keys.push_back(key);
   std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.str() < b.str(); });
   return keys;
+}
+
+}  // namespace inferd::engine
+
+namespace inferd::engine {
+
+std::vector<kernels::ShapeKey> reachable_shape_keys(const GgufFile& file, Precision precision, TensorParallel tp,
+                                                    const KvGeometry& g, const ShapeAxes& axes) {
+  kernels::ShapeRegistry traced;
+  auto be = kernels::make_shape_tracer(traced);
+  tp.comm = nullptr;
+  auto model = load_model(file, *be, precision, {}, tp);
+  return trace_shape_space(*model, *be, traced, g, axes);
 }
 
 }  // namespace inferd::engine

@@ -15,11 +15,14 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "engine/models/tensor_parallel.hpp"
 #include "kernels/shape_registry.hpp"
 
 namespace inferd::engine {
 
+class GgufFile;
 class Model;
+enum class Precision;
 struct KvGeometry;
 
 struct ShapeAxes {
@@ -45,6 +48,12 @@ std::vector<int64_t> bucket_representatives(int64_t max);
 
 // The key a step that only decodes registers, for `n` sequences.
 kernels::LaunchKey decode_batch_key(int64_t n);
+
+// The reachable keys of rank `tp` of `file`'s model at `precision` with a KV
+// cache of geometry `g`: the model loaded again on a shape tracer (no peers:
+// a traced model never communicates) and traced.
+std::vector<kernels::ShapeKey> reachable_shape_keys(const GgufFile& file, Precision precision, TensorParallel tp,
+                                                    const KvGeometry& g, const ShapeAxes& axes);
 
 // The reachable keys for `model` (whose backend must be `tracer`, a shape tracer
 // writing to `traced`) with a KV cache of geometry `g`, sorted by their text.

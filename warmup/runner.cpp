@@ -154,6 +154,26 @@ PhaseReport run_phase(engine::Engine& eng, const PromptMaker& prompts, int index
 
 }  // namespace
 
+Coverage measure_coverage(const std::vector<kernels::ShapeKey>& reachable) {
+  std::set<std::string> touched;
+  for (const auto& [key, use] : kernels::ShapeRegistry::global().snapshot()) touched.insert(key.str());
+  Coverage c;
+  c.total = reachable.size();
+  for (const auto& key : reachable) {
+    if (touched.count(key.str())) ++c.covered;
+    else c.missing.push_back(key);
+  }
+  return c;
+}
+
+std::string Coverage::failure() const {
+  if (missing.empty()) return "";
+  std::string names;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i) names += (i ? ", " : "") + missing[i].str();
+  return fmt::format("{} of {} reachable shape keys were not touched: {}{}", missing.size(), total, names,
+                     missing.size() > 8 ? ", ..." : "");
+}
+
 Report run_plan(engine::Engine& eng, const Plan& plan, const std::vector<kernels::ShapeKey>& reachable,
                 const WarmupOptions& opts, const Progress& progress, const std::function<bool()>& stopping) {
   Report report;
@@ -171,22 +191,14 @@ Report run_plan(engine::Engine& eng, const Plan& plan, const std::vector<kernels
     }
   }
 
-  std::set<std::string> touched;
+  Coverage c = measure_coverage(reachable);
+  report.keys_total = c.total;
+  report.keys_covered = c.covered;
+  if (report.passed()) report.failure = c.failure();
+  report.missing = std::move(c.missing);
   auto uses = kernels::ShapeRegistry::global().snapshot();
-  for (const auto& [key, use] : uses) touched.insert(key.str());
-  report.keys_total = reachable.size();
-  for (const auto& key : reachable) {
-    if (touched.count(key.str())) ++report.keys_covered;
-    else report.missing.push_back(key);
-  }
   std::sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.second.first_cost_s > b.second.first_cost_s; });
   for (size_t i = 0; i < uses.size() && i < kSlowestShown; ++i) report.slowest.emplace_back(uses[i].first, uses[i].second.first_cost_s);
-  if (report.passed() && !report.missing.empty()) {
-    std::string names;
-    for (size_t i = 0; i < report.missing.size() && i < 8; ++i) names += (i ? ", " : "") + report.missing[i].str();
-    report.failure = fmt::format("{} of {} reachable shape keys were not touched: {}{}", report.missing.size(),
-                                 report.keys_total, names, report.missing.size() > 8 ? ", ..." : "");
-  }
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;
 }

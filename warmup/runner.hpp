@@ -39,6 +39,17 @@ struct Report {
   bool passed() const { return failure.empty(); }
 };
 
+// What this process has touched of `reachable` since the shape registry was
+// last cleared (a worker rank measures its own after the head's run).
+struct Coverage {
+  size_t total = 0;
+  size_t covered = 0;
+  std::vector<kernels::ShapeKey> missing;
+  // "3 of 120 reachable shape keys were not touched: a, b, c"; empty when none is missing.
+  std::string failure() const;
+};
+Coverage measure_coverage(const std::vector<kernels::ShapeKey>& reachable);
+
 // Called as the run advances: phase index (0-based), its name, requests done and total.
 using Progress = std::function<void(int phase, const std::string& name, int done, int total)>;
 

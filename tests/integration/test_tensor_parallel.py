@@ -116,6 +116,8 @@ def test_tp2_gives_the_single_rank_greedy_completions(start_daemon, group):
     # Both ranks ran every step: the worker's log names its share, and the
     # head's /metrics show each rank.
     assert "worker rank 1 of 2" in workers[0].output()
+    # The warm-up gate counted the worker's own shapes too.
+    assert re.search(r"warm-up coverage on rank 1: (\d+) of \1 reachable shape keys touched", head.output())
     metrics = head.get("/metrics").text
     assert 'inferd_tp_rank_joined{rank="0"} 1' in metrics and 'inferd_tp_rank_joined{rank="1"} 1' in metrics
     steps = next(l for l in metrics.splitlines() if l.startswith('inferd_tp_rank_steps_total{rank="1"}'))
@@ -279,6 +281,18 @@ def test_a_rank_stalling_on_a_cold_shape_wedges_the_group_only_without_warm_up(g
         assert complete(head, "The capital of France is")["text"]
 
 
+@needs_faults
+def test_the_warm_up_gate_stays_closed_while_a_worker_has_not_touched_its_shapes(group):
+    """Every rank's steps must have touched every shape key they can reach
+    (a rank's shapes are its share's, not the head's): a worker that reports
+    none touched keeps the head's gate closed, and the head says which rank."""
+    head, (worker,) = group(2, head_extra=["--warmup-retries", "0"], wait=False,
+                            worker_env={"INFERD_FAULTS": "rank.shapes_untouched"})
+    assert head.proc.wait(timeout=300) == 1
+    assert re.search(r"warm-up failed after 1 attempts: rank 1: (\d+) of \1 reachable shape keys were not touched: ",
+                     head.output()), head.output()[-3000:]
+
+
 def test_a_restarted_head_re_forms_the_group_with_the_running_worker(group):
     """SIGKILL the head: its worker keeps its share of the model loaded and
     joins the head's restart, which forms the group anew and serves."""
@@ -299,7 +313,8 @@ def test_a_restarted_head_re_forms_the_group_with_the_running_worker(group):
 def worker_node(tmp_path):
     """A second "node": a network namespace joined to this one by a veth pair,
     each end with its own address and interface name. Yields (head address,
-    run(cmd) -> Popen inside the namespace, its log path)."""
+    the head's interface, run(cmd) -> Popen inside the namespace, its log
+    path, the namespace's name)."""
     tag = secrets.token_hex(3)
     ns, head_if, node_if = f"inferd-{tag}", f"ifh{tag}", f"ifw{tag}"
     net = f"10.{77 + int(tag[:2], 16) % 100}.{int(tag[2:4], 16)}"
@@ -326,7 +341,7 @@ def worker_node(tmp_path):
         procs.append(p)
         return p
 
-    yield f"{net}.1", head_if, run, log_path
+    yield f"{net}.1", head_if, run, log_path, ns
     for p in procs:
         if p.poll() is None:
             p.terminate()
@@ -343,7 +358,7 @@ def test_two_nodes_in_namespaces_survive_a_cut_data_link(worker_node, start_daem
     group forms across the link (the worker's data plane binds to its own
     address); the link goes down mid-stream: the head finds the wedge, aborts,
     and the group re-forms once the link is back; the head serves again."""
-    address, head_if, run, worker_log = worker_node
+    address, head_if, run, worker_log, _ = worker_node
     port = free_port_pair()
     config = tmp_path / "head.toml"
     config.write_text("[health]\nreset_timeout_ms = 60000\n")  # room for the link to come back
@@ -371,3 +386,33 @@ def test_two_nodes_in_namespaces_survive_a_cut_data_link(worker_node, start_daem
     assert events[-1] == "[DONE]" and "error" in json.loads(events[-2])
     assert "rank 1 is in generation 1" in worker_log.read_text()
     assert complete(head, "The capital of France is")["text"]
+
+
+def test_two_nodes_serve_through_packet_loss_without_a_false_alarm(worker_node, start_daemon):
+    """Head here, worker in its own namespace; nftables there drops 5% of the
+    packets the worker sends while the group serves. TCP retransmits, steps
+    slow down, and nothing is wrong: the same greedy text as before the loss,
+    no recovery, no shed."""
+    address, _, run, worker_log, ns = worker_node
+    nft = ["ip", "netns", "exec", ns, "nft"]
+    if subprocess.run(nft + ["list", "ruleset"], capture_output=True).returncode != 0:
+        pytest.skip("nft (nftables) cannot run in the namespace here")
+    port = free_port_pair()
+    group = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", address, "--master-port", str(port)]
+    worker = run(RANK + group + ["--node-rank", "1", "--headless"])
+    head = start_daemon(RANK + group, timeout=300)
+    before = [complete(head, p)["text"] for p in PROMPTS[:2]]
+    for rule in (["add", "table", "inet", "loss"],
+                 ["add", "chain", "inet", "loss", "out", "{ type filter hook output priority 0; }"],
+                 ["add", "rule", "inet", "loss", "out", "numgen", "random", "mod", "100", "lt", "5", "counter", "drop"]):
+        subprocess.run(nft + rule, check=True, capture_output=True)
+    try:
+        during = [complete(head, p)["text"] for p in PROMPTS[:2]]
+        dropped = subprocess.run(nft + ["list", "chain", "inet", "loss", "out"], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(nft + ["delete", "table", "inet", "loss"], capture_output=True)
+    assert re.search(r"counter packets [1-9]", dropped), dropped  # the loss was real
+    assert during == before
+    assert worker.poll() is None and head.state() == "Serving"
+    assert metric(head, "inferd_recoveries_total") == 0 and metric(head, "inferd_sheds_total") == 0, \
+        head.output()[-3000:] + worker_log.read_text()[-2000:]

@@ -78,4 +78,39 @@ TEST_SUITE("cluster") {
     CHECK(order->reform == 1);
     CHECK(head_hears(head, {}));
   }
+
+  TEST_CASE("control plane: coverage orders reach a worker in order with plans, and the head waits for every answer") {
+    ControlHead head({.address = "127.0.0.1", .port = 0, .world_size = 2, .fingerprint = fingerprint()});
+    ControlWorker worker({.master_addr = "127.0.0.1", .master_port = head.port(), .rank = 1, .fingerprint = fingerprint()});
+    worker.join(10s, {});
+    head.send_reform(0);
+    REQUIRE(worker.next()->reform == 0);
+
+    CHECK(head.order_coverage(/*reset=*/true) == 1);
+    inferd::engine::StepPlan plan;
+    head.send_plan(plan);
+    const uint64_t round = head.order_coverage(/*reset=*/false);
+    auto o = worker.next();
+    REQUIRE(o);
+    CHECK(o->coverage == "reset");
+    o = worker.next();
+    REQUIRE(o);
+    CHECK(o->is_plan());
+    o = worker.next();
+    REQUIRE(o);
+    CHECK((o->coverage == "report" && o->round == round));
+
+    // No answer yet: the wait names the rank.
+    try {
+      head.wait_coverage(round, 200ms);
+      FAIL("no timeout");
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()).find("worker rank(s) 1 did not report") != std::string::npos);
+    }
+    worker.report_coverage(round, 110, 107, {"matmul.q8_0[n=64,k=576,t=1]"});
+    const auto answers = head.wait_coverage(round, 10s);
+    REQUIRE(answers.size() == 1);
+    CHECK((answers[0].rank == 1 && answers[0].total == 110 && answers[0].covered == 107));
+    CHECK(answers[0].missing == std::vector<std::string>{"matmul.q8_0[n=64,k=576,t=1]"});
+  }
 }
