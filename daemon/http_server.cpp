@@ -121,7 +121,7 @@ struct HttpServer::Impl {
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   // The listeners run on a context and a thread of their own. A connection is
-  // accepted there and its session handed to `ioc`, so
+  // accepted there and a main listener's session handed to `ioc`, so
   //  - the kernel's accept queue is drained even while the I/O threads work
   //    through a burst (thousands of idle connections timing out or hanging up
   //    at once): a health check's connection is not queued behind the burst;
@@ -140,9 +140,14 @@ struct HttpServer::Impl {
 
 template <class Protocol>
 void HttpServer::Impl::accept(Listener<Protocol>& l) {
-  // Each connection gets a strand of its own on the I/O context: its handlers
-  // never run concurrently. This handler runs on the accept thread.
-  l.acceptor.async_accept(asio::make_strand(ioc), [this, &l](error_code ec, typename Protocol::socket socket) {
+  // Each connection gets a strand of its own: its handlers never run
+  // concurrently. The main listener's connections are served by the I/O
+  // threads; the admin listener's by the accept thread, so a health check or a
+  // metrics scrape there never waits behind the main listener's traffic (a
+  // burst of thousands of connections closing, a full load of streams). This
+  // handler runs on the accept thread.
+  auto& context = l.admin ? accept_ioc : ioc;
+  l.acceptor.async_accept(asio::make_strand(context), [this, &l](error_code ec, typename Protocol::socket socket) {
     if (!l.acceptor.is_open() || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of descriptors and the like: back off instead of spinning.
@@ -163,9 +168,9 @@ void HttpServer::Impl::accept(Listener<Protocol>& l) {
     }
     asio::generic::stream_protocol::socket generic(std::move(socket));
     const bool refuse = !l.admin && open_connections(state) >= static_cast<std::size_t>(state.opts.max_connections);
-    // The session is built on its own strand, so its memory comes from an I/O
-    // thread's arena (see accept_ioc). Not after stop(): its final poll of `ioc`
-    // would otherwise start it.
+    // The session is built on its own strand, so a main listener's session takes
+    // its memory from an I/O thread's arena (see accept_ioc). Not after stop():
+    // its final polls would otherwise start it.
     const auto ex = generic.get_executor();
     asio::post(ex, [this, refuse, admin = l.admin, peer = std::move(peer), socket = std::move(generic)]() mutable {
       if (stopped) return;
@@ -256,7 +261,8 @@ void HttpServer::stop() {
   Impl& s = *impl_;
   if (!s.started || s.stopped.exchange(true)) return;
   s.state.accepting = false;
-  // No connection is accepted or handed to the I/O threads after this.
+  // No connection is accepted or handed to the I/O threads after this; the
+  // admin listener's sessions stop with it.
   s.accept_ioc.stop();
   s.accept_thread.join();
   {
@@ -277,8 +283,11 @@ void HttpServer::stop() {
   s.state.work.join();  // offloaded handlers end; their responders no longer reach anything
   s.work.reset();
   // Let the aborted operations complete so the sessions they hold are released.
+  s.trim_timer.cancel();
   s.ioc.restart();
   s.ioc.poll();
+  s.accept_ioc.restart();
+  s.accept_ioc.poll();
   spdlog::info("http: stopped");
 }
 

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from conftest import free_port
+
 
 # Enough connections that their memory (a few KiB each) stands well above RSS noise.
 MAX_CONNECTIONS = 6000
@@ -82,3 +84,41 @@ def test_memory_of_closed_connections_goes_back_to_the_system(start_daemon):
     assert wait_until(lambda: rss_kib(pid) - rss0 <= taken // 4, 20), (
         f"RSS {rss0} KiB at the start, {peak} KiB with {n} connections open, "
         f"{rss_kib(pid)} KiB after they closed")
+
+
+def probe(port, path="/health/live"):
+    """A GET on a new connection: its status and the seconds it took."""
+    t = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    return int(data.split(b" ", 2)[1]), time.monotonic() - t
+
+
+def test_admin_listener_answers_health_while_a_burst_of_closes_is_handled(start_daemon):
+    n = connection_count()
+    admin_port = free_port()
+    d = start_daemon(["--max-connections", str(n + 100), "--admin-port", str(admin_port)])
+    pid = d.proc.pid
+    fds0 = fd_count(pid)
+    for _ in range(3):
+        socks = open_idle(d.port, n)
+        assert wait_until(lambda: fd_count(pid) >= fds0 + n, 60), "the daemon did not accept every connection"
+        for s in socks:
+            s.close()
+        # The I/O threads now have n hang-ups to handle; the admin listener's
+        # sessions have a thread of their own, so the answer comes while most of
+        # them are still open (it used to queue behind them all).
+        code, seconds = probe(admin_port)
+        still_open = fd_count(pid) - fds0
+        assert code == 200
+        if still_open >= n // 10:
+            return
+        assert wait_until(lambda: fd_count(pid) <= fds0 + 2, 60), "the daemon did not close every connection"
+    pytest.fail(f"each time /health/live on the admin listener answered ({seconds * 1000:.0f} ms) only after "
+                f"the daemon had closed {n - still_open} of the {n} connections")
