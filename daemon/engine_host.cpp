@@ -1,8 +1,13 @@
 #include "daemon/engine_host.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <string_view>
 #include <utility>
@@ -20,6 +25,25 @@
 namespace inferd::daemon {
 
 namespace {
+
+// How far below the HTTP threads the engine's threads run (nice increments).
+// On a host with few cores a full load keeps every core busy with steps; at
+// the same priority an I/O thread waits its turn behind them, and a health
+// check or a stream's next chunk is late by scheduler slices. At +5 a woken I/O
+// thread gets the core first; the engine loses only the time the I/O threads
+// use, which is small.
+constexpr int kEngineNice = 5;
+
+// Threads inherit the nice value of the thread that creates them, so lowering
+// the loading thread's priority before the engine is built puts its step loop
+// and its compute pool there too.
+void lower_priority_of_this_thread(int by) {
+  const pid_t tid = static_cast<pid_t>(::gettid());
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+  if (errno != 0 || ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(now + by, 19)) != 0)
+    spdlog::warn("engine: cannot lower the priority of its threads: {}", std::strerror(errno));
+}
 
 int percent(const engine::LoadProgress& p) {
   return p.bytes_total ? static_cast<int>(p.bytes_done * 100 / p.bytes_total) : 100;
@@ -137,6 +161,7 @@ EngineHost::~EngineHost() {
 
 void EngineHost::load(Daemon& d) {
   const Config& cfg = d.config();
+  lower_priority_of_this_thread(kEngineNice);
   spdlog::info("loading {}", cfg.model.path);
   const auto start = std::chrono::steady_clock::now();
   engine::EngineOptions opts = engine_options(cfg);

@@ -5,9 +5,11 @@
 // Beast stays out of every header, so the rest of the daemon compiles without it.
 #include "daemon/http_server.hpp"
 
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -16,6 +18,7 @@
 #include <type_traits>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
@@ -34,6 +37,12 @@ using error_code = boost::system::error_code;
 namespace {
 
 using local = asio::local::stream_protocol;
+
+// How often the accept thread looks whether a burst of connections has ended.
+constexpr std::chrono::seconds kTrimCheckPeriod{2};
+// Connections closed since the peak after which freed memory goes back to the
+// system: about 4 KiB each, so 1024 of them is 4 MiB.
+constexpr std::size_t kTrimAfterClosed = 1024;
 
 // One listening socket: the main one or an admin one.
 template <class Protocol>
@@ -100,16 +109,29 @@ struct HttpServer::Impl {
   void accept(Listener<Protocol>& listener);
   template <class Protocol>
   static void close(std::optional<Listener<Protocol>>& listener);
+  void trim_after_bursts();
 
   ServerState state;
   uint16_t bound_port = 0;
   uint16_t bound_admin_port = 0;
   bool started = false;
-  bool stopped = false;
+  std::atomic<bool> stopped{false};
   // Declared after `state` so it is destroyed first: destroying it releases the
   // sessions its pending handlers still own, and they unregister from `state`.
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  // The listeners run on a context and a thread of their own. A connection is
+  // accepted there and a main listener's session handed to `ioc`, so
+  //  - the kernel's accept queue is drained even while the I/O threads work
+  //    through a burst (thousands of idle connections timing out or hanging up
+  //    at once): a health check's connection is not queued behind the burst;
+  //  - the reactor's per-descriptor records, which Asio pools and never frees,
+  //    are allocated by this thread, in its malloc arena, instead of between
+  //    the sessions' memory in the I/O threads' arenas, where each pooled record
+  //    kept a page of freed session memory from going back to the system.
+  asio::io_context accept_ioc;
+  std::thread accept_thread;
+  asio::steady_timer trim_timer{accept_ioc};
   std::optional<Listener<tcp>> main;
   std::optional<Listener<tcp>> admin_tcp;
   std::optional<Listener<local>> admin_unix;
@@ -118,8 +140,14 @@ struct HttpServer::Impl {
 
 template <class Protocol>
 void HttpServer::Impl::accept(Listener<Protocol>& l) {
-  // Each connection gets a strand of its own: its handlers never run concurrently.
-  l.acceptor.async_accept(asio::make_strand(ioc), [this, &l](error_code ec, typename Protocol::socket socket) {
+  // Each connection gets a strand of its own: its handlers never run
+  // concurrently. The main listener's connections are served by the I/O
+  // threads; the admin listener's by the accept thread, so a health check or a
+  // metrics scrape there never waits behind the main listener's traffic (a
+  // burst of thousands of connections closing, a full load of streams). This
+  // handler runs on the accept thread.
+  auto& context = l.admin ? accept_ioc : ioc;
+  l.acceptor.async_accept(asio::make_strand(context), [this, &l](error_code ec, typename Protocol::socket socket) {
     if (!l.acceptor.is_open() || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of descriptors and the like: back off instead of spinning.
@@ -139,11 +167,35 @@ void HttpServer::Impl::accept(Listener<Protocol>& l) {
       peer = "unix:" + l.name;
     }
     asio::generic::stream_protocol::socket generic(std::move(socket));
-    if (!l.admin && open_connections(state) >= static_cast<std::size_t>(state.opts.max_connections))
-      refuse_connection(state, std::move(generic));
-    else
-      start_session(state, std::move(generic), std::move(peer), l.admin);
+    const bool refuse = !l.admin && open_connections(state) >= static_cast<std::size_t>(state.opts.max_connections);
+    // The session is built on its own strand, so a main listener's session takes
+    // its memory from an I/O thread's arena (see accept_ioc). Not after stop():
+    // its final polls would otherwise start it.
+    const auto ex = generic.get_executor();
+    asio::post(ex, [this, refuse, admin = l.admin, peer = std::move(peer), socket = std::move(generic)]() mutable {
+      if (stopped) return;
+      if (refuse) refuse_connection(state, std::move(socket));
+      else start_session(state, std::move(socket), std::move(peer), admin);
+    });
     accept(l);
+  });
+}
+
+// Freed session memory stays in the allocator's arenas, and glibc returns it
+// to the system only from the top of a heap. After a burst of connections ends
+// (thousands of idle ones closed), malloc_trim gives back the freed pages
+// inside the heaps too, so RSS follows the open connections instead of staying
+// at their high-water mark. Checked on the accept thread; the I/O threads only
+// wait for an arena's lock while it is trimmed.
+void HttpServer::Impl::trim_after_bursts() {
+  const auto [open, peak] = connection_counts(state);
+  if (peak - open >= kTrimAfterClosed) {
+    ::malloc_trim(0);
+    reset_connection_peak(state);
+  }
+  trim_timer.expires_after(kTrimCheckPeriod);
+  trim_timer.async_wait([this](error_code ec) {
+    if (!ec) trim_after_bursts();
   });
 }
 
@@ -182,21 +234,23 @@ void HttpServer::start() {
   Impl& s = *impl_;
   if (s.started) throw std::logic_error("HttpServer::start called twice");
   const HttpServerOptions& opts = s.state.opts;
-  s.main.emplace(listen_tcp(s.ioc, opts.host, opts.port), "", false);
+  s.main.emplace(listen_tcp(s.accept_ioc, opts.host, opts.port), "", false);
   s.bound_port = s.main->acceptor.local_endpoint().port();
   s.main->name = endpoint_text(opts.host, s.bound_port);
   if (opts.admin_port) {
-    s.admin_tcp.emplace(listen_tcp(s.ioc, "127.0.0.1", *opts.admin_port), "", true);
+    s.admin_tcp.emplace(listen_tcp(s.accept_ioc, "127.0.0.1", *opts.admin_port), "", true);
     s.bound_admin_port = s.admin_tcp->acceptor.local_endpoint().port();
     s.admin_tcp->name = endpoint_text("127.0.0.1", s.bound_admin_port);
   }
-  if (!opts.admin_socket.empty()) s.admin_unix.emplace(listen_unix(s.ioc, opts.admin_socket), opts.admin_socket, true);
+  if (!opts.admin_socket.empty()) s.admin_unix.emplace(listen_unix(s.accept_ioc, opts.admin_socket), opts.admin_socket, true);
   s.started = true;
 
   s.work.emplace(s.ioc.get_executor());
   s.accept(*s.main);
   if (s.admin_tcp) s.accept(*s.admin_tcp);
   if (s.admin_unix) s.accept(*s.admin_unix);
+  s.trim_after_bursts();
+  s.accept_thread = std::thread([&s] { s.accept_ioc.run(); });
   for (int i = 0; i < opts.io_threads; ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
   spdlog::info("http: listening on {} ({} I/O threads)", s.main->name, opts.io_threads);
   if (s.admin_tcp) spdlog::info("http: admin listener on {}", s.admin_tcp->name);
@@ -205,9 +259,12 @@ void HttpServer::start() {
 
 void HttpServer::stop() {
   Impl& s = *impl_;
-  if (!s.started || s.stopped) return;
-  s.stopped = true;
+  if (!s.started || s.stopped.exchange(true)) return;
   s.state.accepting = false;
+  // No connection is accepted or handed to the I/O threads after this; the
+  // admin listener's sessions stop with it.
+  s.accept_ioc.stop();
+  s.accept_thread.join();
   {
     // After this no responder reaches the io_context again.
     std::unique_lock lock(s.state.gate->mu);
@@ -226,8 +283,11 @@ void HttpServer::stop() {
   s.state.work.join();  // offloaded handlers end; their responders no longer reach anything
   s.work.reset();
   // Let the aborted operations complete so the sessions they hold are released.
+  s.trim_timer.cancel();
   s.ioc.restart();
   s.ioc.poll();
+  s.accept_ioc.restart();
+  s.accept_ioc.poll();
   spdlog::info("http: stopped");
 }
 

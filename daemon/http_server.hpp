@@ -36,7 +36,9 @@ struct HttpServerOptions {
   // The admin listener, beside the main one: it serves the routes registered for
   // Listeners::Admin or Both, and only those. A TCP port on 127.0.0.1 (0 picks a
   // free port; see HttpServer::admin_port()) and/or a Unix socket, created
-  // owner-only (0600).
+  // owner-only (0600). Its connections are served by the thread that accepts
+  // connections, not the I/O threads, so health checks there do not wait behind
+  // the main listener's traffic.
   std::optional<uint16_t> admin_port;
   std::string admin_socket;  // empty: none
 };
@@ -138,7 +140,8 @@ class HttpServer {
   void route(std::string method, std::string path, SimpleHandler handler, RouteOptions options = {});
   void route_prefix(std::string method, std::string prefix, Handler handler, RouteOptions options = {});
 
-  // Binds, listens (the admin listener too, if any) and starts the I/O threads.
+  // Binds, listens (the admin listener too, if any) and starts the accept thread
+  // and the I/O threads.
   // Throws std::runtime_error ("cannot listen on 127.0.0.1:8000: Address already in use").
   void start();
   // Closes the listener and every connection (their responders report closed()),

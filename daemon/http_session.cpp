@@ -144,6 +144,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
     {
       std::lock_guard lock(server_.sessions_mu);
       server_.sessions[this] = weak_from_this();
+      server_.sessions_peak = std::max(server_.sessions_peak, server_.sessions.size());
     }
     read_request();
   }
@@ -594,6 +595,16 @@ void refuse_connection(ServerState& server, Socket socket) {
 std::size_t open_connections(ServerState& server) {
   std::lock_guard lock(server.sessions_mu);
   return server.sessions.size();
+}
+
+std::pair<std::size_t, std::size_t> connection_counts(ServerState& server) {
+  std::lock_guard lock(server.sessions_mu);
+  return {server.sessions.size(), std::max(server.sessions_peak, server.sessions.size())};
+}
+
+void reset_connection_peak(ServerState& server) {
+  std::lock_guard lock(server.sessions_mu);
+  server.sessions_peak = server.sessions.size();
 }
 
 void close_sessions(ServerState& server) {

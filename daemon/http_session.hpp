@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -41,6 +42,7 @@ struct ServerState {
 
   std::mutex sessions_mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  std::size_t sessions_peak = 0;  // the most open at once since the last reset (under sessions_mu)
   // Where offloaded handlers run (RouteOptions::offload).
   boost::asio::thread_pool work;
 };
@@ -54,6 +56,10 @@ void start_session(ServerState& server, boost::asio::generic::stream_protocol::s
 void refuse_connection(ServerState& server, boost::asio::generic::stream_protocol::socket socket);
 // Open connections, both listeners.
 std::size_t open_connections(ServerState& server);
+// Open connections now, and the most open at once since the last reset.
+std::pair<std::size_t, std::size_t> connection_counts(ServerState& server);
+// The peak starts again from the connections open now.
+void reset_connection_peak(ServerState& server);
 // Closes every connection; their pending responders report closed(). Only once
 // the I/O threads have stopped.
 void close_sessions(ServerState& server);

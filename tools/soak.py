@@ -9,15 +9,17 @@ check fails:
   - RSS at the end within --rss-growth-pct of RSS at Serving;
   - open fds back within a small margin of the count at Serving;
   - KV-cache usage back to 0;
-  - /health/live and /health/ready answered within --health-latency-ms throughout
-    (a separate process polls them every 200 ms).
+  - /health/live and /health/ready answered within --health-latency-ms throughout,
+    on the main listener and on the admin listener (a separate process polls
+    them every 200 ms, each on a new connection).
 
 The mix: streamed and whole completions and chat completions, prompts from a few
-tokens to half the window, 1 to 200 generated tokens; clients that hang up
-mid-stream; bad requests (invalid JSON, wrong types, unknown model); a slowloris
-client that must be closed by the idle timeout; a client that never reads its
-stream; and --idle-connections connections held open (reopened when the idle
-timeout closes them), fewer if the fd limit is lower.
+tokens to --max-prompt-tokens (512; at most half the window), 1 to 200 generated
+tokens; clients that hang up mid-stream; bad requests (invalid JSON, wrong
+types, unknown model); a slowloris client that must be closed by the idle
+timeout; a client that never reads its stream; and --idle-connections
+connections held open (reopened when the idle timeout closes them), fewer if
+the fd limit is lower.
 
   python3 tools/soak.py --build build --seconds 600 > soak.json
 """
@@ -75,24 +77,51 @@ def raise_fd_limit():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def poll_health(url, stop, out):
-    """In its own process, so the client threads' GIL does not inflate the figures."""
-    worst = {"/health/live": 0.0, "/health/ready": 0.0}
-    polls, failures = 0, []
+def health_get(port, path):
+    """One GET on a new connection, as a load balancer's probe makes it: the status
+    code and the seconds until the connection was open. Plain sockets, so the
+    figure is the daemon's, not an HTTP library's."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        connected = time.monotonic()
+        s.settimeout(5)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    return int(data.split(b" ", 2)[1]), connected
+
+
+def poll_health(ports, stop, out):
+    """Both health routes on each listener ({"main": port, "admin": port}). In its
+    own process, so the client threads' GIL does not inflate the figures."""
+    paths = ("/health/live", "/health/ready")
+    worst = {listener: {path: 0.0 for path in paths} for listener in ports}
+    polls, failures, slowest = 0, [], []
+    t_start = time.monotonic()
     while not stop.is_set():
-        for path in worst:
-            t = time.monotonic()
-            try:
-                code = requests.get(url + path, timeout=5).status_code
-            except requests.RequestException as e:
-                code = type(e).__name__
-            dt = time.monotonic() - t
-            worst[path] = max(worst[path], dt)
-            polls += 1
-            if code != 200:
-                failures.append(f"{path}: {code}")
+        for listener, port in ports.items():
+            for path in paths:
+                t = time.monotonic()
+                connected = t
+                try:
+                    code, connected = health_get(port, path)
+                except (OSError, ValueError, IndexError) as e:
+                    code = type(e).__name__
+                dt = time.monotonic() - t
+                worst[listener][path] = max(worst[listener][path], dt)
+                # when (s into the run), where, ms until connected, ms in all
+                slowest.append([round(t - t_start, 1), f"{listener} {path}", round((connected - t) * 1000, 1),
+                                round(dt * 1000, 1)])
+                slowest = sorted(slowest, key=lambda x: -x[3])[:10]
+                polls += 1
+                if code != 200:
+                    failures.append(f"{listener} {path}: {code}")
         stop.wait(0.2)
-    out.send({"polls": polls, "max_ms": {k: round(v * 1000, 1) for k, v in worst.items()},
+    ms = {listener: {k: round(v * 1000, 1) for k, v in w.items()} for listener, w in worst.items()}
+    out.send({"polls": polls, "max_ms": ms["main"], "admin_max_ms": ms["admin"], "slowest": slowest,
               "failures": failures[:20], "failure_count": len(failures)})
 
 
@@ -119,7 +148,7 @@ class Soak:
     # --- ordinary clients -------------------------------------------------------
 
     def body(self, rng, chat, stream):
-        n = rng.choice([1, 4, 30, 200, self.max_len // 2])
+        n = rng.choice([1, 4, 30, 200, min(self.max_len // 2, self.a.max_prompt_tokens)])
         body = {"max_tokens": rng.randint(1, 200), "temperature": rng.choice([0, 0.8]), "stream": stream}
         if chat:
             # About a token a word; half of n keeps the template's tokens inside half the window.
@@ -278,6 +307,9 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--max-prompt-tokens", type=int, default=512,
+                    help="the longest prompt (and at most half the window): 64 clients asking for 4096-token "
+                         "prompts are more prefill than two cores finish within --request-timeout")
     ap.add_argument("--idle-connections", type=int, default=10000)
     ap.add_argument("--idle-timeout", type=int, default=60, help="the daemon's [server] idle_timeout_s")
     ap.add_argument("--request-timeout", type=float, default=300, help="a client call past this is a hang")
@@ -297,14 +329,15 @@ def main():
     if idle_n < a.idle_connections:
         notes.append(f"idle connections scaled down from {a.idle_connections} to {idle_n}: RLIMIT_NOFILE is {fd_limit}")
 
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     cfg = tempfile.NamedTemporaryFile("w", prefix="soak-", suffix=".toml", delete=False)
     cfg.write(f"[server]\nidle_timeout_s = {a.idle_timeout}\n")
     cfg.close()
     log = tempfile.NamedTemporaryFile(prefix="soak-", suffix=".log", delete=False)
     cmd = [os.path.join(a.build, "daemon", "inferd"), "--config", cfg.name, "--host", "127.0.0.1", "--port", str(port),
-           "--probe-interval", a.probe_interval, "--max-connections", str(idle_n + reserve)]
+           "--probe-interval", a.probe_interval, "--max-connections", str(idle_n + reserve),
+           "--admin-port", str(admin_port)]
     cmd += (SMALL_SHAPES if a.small_shapes else []) + a.inferd_args
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     t0 = time.monotonic()
@@ -329,7 +362,7 @@ def main():
     ctx = multiprocessing.get_context("fork")
     health_stop = ctx.Event()
     health_rx, health_tx = ctx.Pipe(duplex=False)
-    poller = ctx.Process(target=poll_health, args=(url, health_stop, health_tx))
+    poller = ctx.Process(target=poll_health, args=({"main": port, "admin": admin_port}, health_stop, health_tx))
     poller.start()
 
     soak = Soak(a, url, port, info["max_model_len"], model)
@@ -392,6 +425,8 @@ def main():
         "fds_back": fds_end <= fds_start + FD_MARGIN,
         "kv_back_to_0": result["kv_cache_usage_end"] == 0,
         "health_latency": bool(health.get("max_ms")) and max(health["max_ms"].values()) <= a.health_latency_ms,
+        "health_latency_admin": bool(health.get("admin_max_ms"))
+                                and max(health["admin_max_ms"].values()) <= a.health_latency_ms,
         "health_always_ok": health.get("failure_count", 1) == 0,
         "no_supervisor_action": result["sheds"] == 0 and result["recoveries"] == 0 and result["cold_shapes"] == 0
                                 and result["probe_failures"] == 0 and not result["supervisor_actions"],
