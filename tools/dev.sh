@@ -5,6 +5,10 @@
 # They build in separate directories: tests need fault points (-Dfaults=true,
 # in build/), a daemon that serves must not have them (build-serve/).
 # INFERD_BUILD names another directory for either.
+# `test` without arguments (what CI runs) then runs the kernels and unit suites
+# again under ASan+UBSan in build-asan/ (INFERD_ASAN_BUILD; docs/OPERATIONS.md,
+# "Sanitizers"); INFERD_ASAN=0 skips that stage. With arguments it runs only
+# `meson test ARGS` in the first build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.local/bin:$PATH"
@@ -19,5 +23,14 @@ if [ -f "$BUILD/build.ninja" ]; then meson setup "$BUILD" --reconfigure -Dcuda=d
 else meson setup "$BUILD" -Dcuda=disabled -Dfaults=$FAULTS >/dev/null; fi
 case $verb in
   serve) ninja -C "$BUILD"; exec "$BUILD/daemon/inferd" --config etc/inferd.toml "$@" ;;
-  test)  meson test -C "$BUILD" --print-errorlogs "$@" ;;
+  test)
+    meson test -C "$BUILD" --print-errorlogs "$@"
+    [ $# -eq 0 ] && [ "${INFERD_ASAN:-1}" != 0 ] || exit 0
+    # Only the kernels and unit suites: meson builds just their two programs.
+    # The integration suite under ASan is a manual run (too slow for CI).
+    ASAN_BUILD=${INFERD_ASAN_BUILD:-build-asan}
+    ASAN_OPTS=(-Dcuda=disabled -Dfaults=true -Db_sanitize=address,undefined -Db_lundef=false)
+    if [ -f "$ASAN_BUILD/build.ninja" ]; then meson setup "$ASAN_BUILD" --reconfigure "${ASAN_OPTS[@]}" >/dev/null
+    else meson setup "$ASAN_BUILD" "${ASAN_OPTS[@]}" >/dev/null; fi
+    meson test -C "$ASAN_BUILD" --print-errorlogs kernels unit ;;
 esac
