@@ -102,7 +102,12 @@ class Daemon:
         cmd += (SMALL_SHAPES if small_shapes else []) + list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
         if wait_state is not None:
-            self.wait_for(wait_state, timeout)
+            try:
+                self.wait_for(wait_state, timeout)
+            except BaseException:
+                # The caller gets no Daemon to stop: never leave this one running.
+                self.stop()
+                raise
 
     def get(self, path, **kw):
         kw.setdefault("timeout", 10)
