@@ -7,12 +7,22 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <system_error>
 #include <utility>
+
+// The sanitizer runtimes' report descriptor (a null address outside a
+// -Db_sanitize build). A report is followed at once by the process's exit: sent
+// through the pipe, its end would die unread with the reader thread.
+extern "C" void __sanitizer_set_report_fd(void* fd) __attribute__((weak));
 
 namespace inferd::health {
 
 namespace {
+
+void set_sanitizer_report_fd(int fd) {
+  if (__sanitizer_set_report_fd) __sanitizer_set_report_fd(reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+}
 
 [[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
@@ -55,6 +65,7 @@ std::unique_ptr<StderrPipe> StderrPipe::install(LineCallback callback, StderrPip
   // dup2 clears close-on-exec: children inherit the pipe as their stderr.
   if (::dup2(fds[1], STDERR_FILENO) < 0) fail("stderr pipe: dup2");
   ::close(fds[1]);
+  set_sanitizer_report_fd(p->original_fd_);
   p->installed_ = true;
   p->reader_ = std::thread([raw = p.get()] { raw->read_loop(); });
   p->caller_ = std::thread([raw = p.get()] { raw->callback_loop(); });
@@ -71,6 +82,7 @@ void StderrPipe::uninstall() {
   if (!installed_) return;
   installed_ = false;
   ::dup2(original_fd_, STDERR_FILENO);
+  set_sanitizer_report_fd(STDERR_FILENO);
   const uint64_t one = 1;
   (void)!::write(stop_fd_, &one, sizeof one);  // cannot fail short of overflow
   if (reader_.joinable()) reader_.join();

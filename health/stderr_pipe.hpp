@@ -3,6 +3,8 @@
 // handed to a callback (e.g. LogScanner::scan). A reader thread does the
 // pass-through and never waits on the callback, which runs on a second thread
 // behind a bounded queue: a slow callback drops lines, never blocks writers.
+// In a sanitizer build the runtime's reports bypass the pipe: they go straight
+// to the original stderr, since the process exits right after one.
 #pragma once
 #include <atomic>
 #include <condition_variable>

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The two set-up commands of the README:
 #   tools/dev.sh serve [inferd flags...]   install, build, start inferd on the default model
-#   tools/dev.sh test  [meson test args]   install, build, run every test (and,
-#                                          with no args, each fuzz target for 30 s)
+#   tools/dev.sh test  [meson test args]   install, build, run every test
 # They build in separate directories: tests need fault points (-Dfaults=true,
 # in build/), a daemon that serves must not have them (build-serve/).
 # INFERD_BUILD names another directory for either.
+# `test` without arguments (what CI runs) then runs each libFuzzer target for
+# 30 s (clang, build-fuzz/: INFERD_FUZZ_BUILD) and the kernels and unit suites
+# again under ASan+UBSan in build-asan/ (INFERD_ASAN_BUILD; docs/OPERATIONS.md,
+# "Sanitizers"); INFERD_ASAN=0 skips that stage. With arguments it runs only
+# `meson test ARGS` in the first build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.local/bin:$PATH"
@@ -22,12 +26,19 @@ case $verb in
   serve) ninja -C "$BUILD"; exec "$BUILD/daemon/inferd" --config etc/inferd.toml "$@" ;;
   test)
     meson test -C "$BUILD" --print-errorlogs "$@"
+    [ $# -eq 0 ] || exit 0
     # The whole check (no arguments) also runs each libFuzzer target briefly:
     # clang, in a build directory of its own (docs/OPERATIONS.md, "Fuzzing").
-    if [ $# -eq 0 ]; then
-      FUZZ=${INFERD_FUZZ_BUILD:-build-fuzz}
-      [ -f "$FUZZ/build.ninja" ] ||
-        CXX=clang++ CC=clang meson setup "$FUZZ" -Dfuzz=true -Dcuda=disabled -Dbuildtype=debugoptimized >/dev/null
-      meson test -C "$FUZZ" --no-rebuild --print-errorlogs --suite fuzz
-    fi ;;
+    FUZZ=${INFERD_FUZZ_BUILD:-build-fuzz}
+    [ -f "$FUZZ/build.ninja" ] ||
+      CXX=clang++ CC=clang meson setup "$FUZZ" -Dfuzz=true -Dcuda=disabled -Dbuildtype=debugoptimized >/dev/null
+    meson test -C "$FUZZ" --no-rebuild --print-errorlogs --suite fuzz
+    [ "${INFERD_ASAN:-1}" != 0 ] || exit 0
+    # Only the kernels and unit suites: meson builds just their two programs.
+    # The integration suite under ASan is a manual run (too slow for CI).
+    ASAN_BUILD=${INFERD_ASAN_BUILD:-build-asan}
+    ASAN_OPTS=(-Dcuda=disabled -Dfaults=true -Db_sanitize=address,undefined -Db_lundef=false)
+    if [ -f "$ASAN_BUILD/build.ninja" ]; then meson setup "$ASAN_BUILD" --reconfigure "${ASAN_OPTS[@]}" >/dev/null
+    else meson setup "$ASAN_BUILD" "${ASAN_OPTS[@]}" >/dev/null; fi
+    meson test -C "$ASAN_BUILD" --print-errorlogs kernels unit ;;
 esac

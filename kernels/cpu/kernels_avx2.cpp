@@ -115,7 +115,8 @@ struct Q4_0W {
   static __m128 scales(const Block* b) { return _mm_cvtph_ps(_mm_set1_epi16(static_cast<short>(b->d))); }
   // {d0, k0, d1, k1} of two blocks.
   static __m128 scales2(const Block* b0, const Block* b1) {
-    const int d0 = b0->d * 0x10001, d1 = b1->d * 0x10001;
+    // Unsigned: a negative scale has its top bit set, and as int the product overflows.
+    const int d0 = static_cast<int>(b0->d * 0x10001u), d1 = static_cast<int>(b1->d * 0x10001u);
     return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(d0), d1, 1));
   }
 };

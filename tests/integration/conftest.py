@@ -2,6 +2,7 @@
 import functools
 import os
 import pathlib
+import re
 import secrets
 import signal
 import socket
@@ -46,6 +47,18 @@ def faults_built_in():
 # Tests that arm fault points (INFERD_FAULTS, /admin/fault) run only in builds
 # that have them, as `tools/dev.sh test` configures; elsewhere they are skipped.
 needs_faults = pytest.mark.skipif(not faults_built_in(), reason="this build has no fault points (-Dfaults=true)")
+
+
+# In a sanitizer build (meson -Db_sanitize=...) a report ends the process with
+# status 66 (tools/sanitizers/options.cpp). A daemon a test expected to fail, or
+# one stopped by the test, can hide that status: its log is read for reports.
+SANITIZER_REPORT = re.compile(r"(ERROR|WARNING|SUMMARY): \w*Sanitizer|: runtime error: ")
+
+
+def sanitizer_report(text):
+    """The sanitizer report in `text` (from its first line on), or None."""
+    m = SANITIZER_REPORT.search(text)
+    return text[text.rfind("\n", 0, m.start()) + 1:] if m else None
 
 
 def admin_key_file(key):
@@ -108,7 +121,12 @@ class Daemon:
         cmd += (SMALL_SHAPES if small_shapes else []) + list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
         if wait_state is not None:
-            self.wait_for(wait_state, timeout)
+            try:
+                self.wait_for(wait_state, timeout)
+            except BaseException:
+                # The caller gets no Daemon to stop: never leave this one running.
+                self.stop()
+                raise
 
     def get(self, path, **kw):
         kw.setdefault("timeout", 10)
@@ -163,6 +181,7 @@ class Daemon:
         return self.proc.wait(timeout=timeout)
 
     def stop(self):
+        """Stops the daemon and cleans up; fails the test if it wrote a sanitizer report."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -170,10 +189,14 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        report = sanitizer_report(self.output())
         self.log.close()
         os.unlink(self.log.name)
         if self.admin_key_file:
             os.unlink(self.admin_key_file)
+        if report:
+            pytest.fail(f"inferd (exit {self.proc.returncode}) wrote a sanitizer report:\n{report[-20000:]}",
+                        pytrace=False)
 
 
 @pytest.fixture

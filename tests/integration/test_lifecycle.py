@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from conftest import INFERD, faults_built_in, free_port, needs_faults
+import conftest
+from conftest import INFERD, default_model, faults_built_in, free_port, needs_faults
 
 
 def run_inferd(args, env=None, timeout=30):
@@ -33,6 +34,29 @@ def test_help_and_version():
     assert r.returncode == 0
     assert r.stdout.startswith("inferd ")
     assert ("fault points built in" in r.stdout) == faults_built_in()
+
+
+def test_a_daemon_that_misses_its_start_timeout_is_not_left_running(monkeypatch):
+    # The harness: a start that times out gives the caller nothing to stop, so it
+    # stops the daemon itself (a slow build, e.g. a sanitizer's, left them running).
+    procs = []
+    real_popen = subprocess.Popen
+
+    def popen(*a, **kw):
+        procs.append(real_popen(*a, **kw))
+        return procs[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    try:
+        with pytest.raises(TimeoutError):
+            conftest.Daemon(["--model", default_model()], wait_state="Serving", timeout=0.2)
+        assert len(procs) == 1
+        assert procs[0].poll() is not None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def test_config_error_exits_2_with_one_line():

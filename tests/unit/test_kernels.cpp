@@ -449,6 +449,31 @@ TEST_CASE("quantized matmul of every SIMD table against scalar, over shapes and 
   }
 }
 
+TEST_CASE("quantized matmul: Q4_0 rows whose every scale is negative (its sign bit set) match scalar") {
+  // Q4_0 maps the element of largest magnitude to -8, so a row of positive
+  // values gets negative scales: f16 bit patterns of 0x8000 and up, which the
+  // AVX2 matvec widens two at a time (in a UBSan build an int overflow there stops the test).
+  const int64_t rows = 8, cols = 64, nt = 1;  // one token: the matvec path, rows in pairs
+  std::vector<float> src = random_floats(rows * cols, 5, 0.25f, 1.0f);
+  const size_t rb = row_bytes(DType::Q4_0, cols);
+  std::vector<uint8_t> bytes(rb * rows);
+  for (int64_t r = 0; r < rows; ++r) quantize_row(DType::Q4_0, src.data() + r * cols, bytes.data() + r * rb, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      uint16_t d;
+      std::memcpy(&d, bytes.data() + r * rb + b * 18, 2);
+      REQUIRE(d >= 0x8000);
+    }
+  const WeightView view{DType::Q4_0, bytes.data(), rows, cols, rb};
+  const auto x = random_floats(nt * cols, 6);
+  std::vector<float> ys(nt * rows), yv(nt * rows, NAN);
+  make_cpu_backend(1, CpuIsa::Scalar)->matmul(view, x.data(), nt, ys.data());
+  for (CpuIsa isa : simd_isas()) {
+    make_cpu_backend(1, isa)->matmul(view, x.data(), nt, yv.data());
+    for (int64_t i = 0; i < nt * rows; ++i) CHECK(yv[i] == doctest::Approx(ys[i]).epsilon(1e-4));
+  }
+}
+
 TEST_CASE("INFERD_CPU_ISA forces the instruction set of make_cpu_backend(threads)") {
   const char* prev = std::getenv("INFERD_CPU_ISA");
   const std::string saved = prev ? prev : "";
