@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "daemon/config.hpp"
+#include "warmup/runner.hpp"
 #include "daemon/daemon.hpp"
 #include "daemon/health_routes.hpp"
 #include "daemon/metrics.hpp"
@@ -144,8 +145,7 @@ std::optional<std::string> EngineHost::rank_coverage_failure() {
     for (const auto& c : g->control().wait_coverage(round, std::chrono::seconds(30))) {
       spdlog::info("warm-up coverage on rank {}: {} of {} reachable shape keys touched", c.rank, c.covered, c.total);
       if (c.covered < c.total)
-        return fmt::format("rank {}: {} of {} reachable shape keys were not touched: {}{}", c.rank, c.total - c.covered,
-                           c.total, fmt::join(c.missing, ", "), c.total - c.covered > c.missing.size() ? ", ..." : "");
+        return fmt::format("rank {}: {}", c.rank, warmup::uncovered_text(c.total - c.covered, c.total, c.missing));
     }
   } catch (const std::runtime_error& e) {
     return e.what();

@@ -7,6 +7,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/engine.hpp"
 #include "faults/fault_points.hpp"
@@ -166,12 +167,16 @@ Coverage measure_coverage(const std::vector<kernels::ShapeKey>& reachable) {
   return c;
 }
 
+std::string uncovered_text(size_t missing, size_t total, const std::vector<std::string>& first_names) {
+  return fmt::format("{} of {} reachable shape keys were not touched: {}{}", missing, total,
+                     fmt::join(first_names, ", "), missing > first_names.size() ? ", ..." : "");
+}
+
 std::string Coverage::failure() const {
   if (missing.empty()) return "";
-  std::string names;
-  for (size_t i = 0; i < missing.size() && i < 8; ++i) names += (i ? ", " : "") + missing[i].str();
-  return fmt::format("{} of {} reachable shape keys were not touched: {}{}", missing.size(), total, names,
-                     missing.size() > 8 ? ", ..." : "");
+  std::vector<std::string> names;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i) names.push_back(missing[i].str());
+  return uncovered_text(missing.size(), total, names);
 }
 
 Report run_plan(engine::Engine& eng, const Plan& plan, const std::vector<kernels::ShapeKey>& reachable,

@@ -49,6 +49,9 @@ struct Coverage {
   std::string failure() const;
 };
 Coverage measure_coverage(const std::vector<kernels::ShapeKey>& reachable);
+// "3 of 120 reachable shape keys were not touched: a, b, c, ..." from the count
+// not touched, the total and the first few names (a worker reports only those).
+std::string uncovered_text(size_t missing, size_t total, const std::vector<std::string>& first_names);
 
 // Called as the run advances: phase index (0-based), its name, requests done and total.
 using Progress = std::function<void(int phase, const std::string& name, int done, int total)>;
