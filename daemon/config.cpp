@@ -285,7 +285,7 @@ const std::vector<Key>& keys() {
       int_key("parallel", "master_port", "master-port", &C::parallel, &ParallelConfig::master_port, 1, 65535,
               "head node's control-plane port"),
       bool_key("parallel", "headless", "headless", &C::parallel, &ParallelConfig::headless,
-               "run as a worker rank without the HTTP API"),
+               "run as a worker rank: no inference API, only health, metrics and admin routes"),
       string_key("log", "level", "log-level", &C::log, &LogConfig::level,
                  "trace, debug, info, warn, error, critical or off", log_level),
       log_target_key(),
