@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "cluster/messages.hpp"
 
 namespace inferd::cluster {
@@ -44,7 +46,7 @@ void Connection::read_body(uint32_t n) {
     boost::system::error_code perr;
     json::value v = json::parse(self->body_, perr);
     if (perr || !v.is_object()) return self->closed("a frame that is not a JSON object");
-    if (self->on_message_) self->on_message_(std::move(v.as_object()));
+    if (self->on_message_) self->on_message_(self, std::move(v.as_object()));
     if (!self->closed_) self->read_header();
   });
 }
@@ -81,7 +83,8 @@ void Connection::closed(const std::string& why) {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   socket_.close(ec);
   out_.clear();
-  if (on_close_) on_close_(why);
+  on_message_ = nullptr;
+  if (auto on_close = std::exchange(on_close_, nullptr)) on_close(shared_from_this(), why);
 }
 
 }  // namespace inferd::cluster

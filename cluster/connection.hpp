@@ -13,12 +13,15 @@ namespace inferd::cluster {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  using OnMessage = std::function<void(boost::json::object)>;
-  using OnClose = std::function<void(const std::string& why)>;
+  // Both get the connection itself, so a callback need not hold it: a
+  // callback that captured it would keep it alive forever.
+  using OnMessage = std::function<void(const std::shared_ptr<Connection>&, boost::json::object)>;
+  using OnClose = std::function<void(const std::shared_ptr<Connection>&, const std::string& why)>;
 
   explicit Connection(boost::asio::ip::tcp::socket socket);
   // Starts reading; on_message runs on the io_context's thread for each frame,
-  // on_close once when the peer goes, a frame is malformed or close() is called.
+  // on_close once when the peer goes, a frame is malformed or close() is
+  // called; after on_close both callbacks are dropped.
   void start(OnMessage on_message, OnClose on_close);
   // Thread-safe; frames leave in the order send() was called.
   void send(const boost::json::object& message);

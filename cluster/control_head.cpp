@@ -47,7 +47,8 @@ void ControlHead::accept() {
   acceptor_.async_accept([this](auto ec, asio::ip::tcp::socket socket) {
     if (ec) return;  // closed
     auto c = std::make_shared<Connection>(std::move(socket));
-    c->start([this, c](json::object m) { on_message(c, m); }, [this, c](const std::string& why) { on_close(c, why); });
+    c->start([this](const std::shared_ptr<Connection>& c, json::object m) { on_message(c, m); },
+             [this](const std::shared_ptr<Connection>& c, const std::string& why) { on_close(c, why); });
     accept();
   });
 }

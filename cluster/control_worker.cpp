@@ -57,8 +57,8 @@ std::string ControlWorker::join(std::chrono::milliseconds timeout, const std::fu
       orders_.clear();
     }
     if (old) old->close();
-    c->start([this, c](json::object m) { if (current(c)) on_message(std::move(m)); },
-             [this, c](const std::string& why) { if (current(c)) on_close(why); });
+    c->start([this](const std::shared_ptr<Connection>& c, json::object m) { if (current(c)) on_message(std::move(m)); },
+             [this](const std::shared_ptr<Connection>& c, const std::string& why) { if (current(c)) on_close(why); });
     c->send({{"type", "hello"}, {"rank", opts_.rank}, {"fingerprint", opts_.fingerprint.to_json()}});
     std::unique_lock lk(mu_);
     while (!welcomed_ && !gone_ && Clock::now() < until && !stopped_) {
