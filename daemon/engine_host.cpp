@@ -192,8 +192,7 @@ void EngineHost::load(Daemon& d) {
     group_ptr_ = group_.get();
     opts.tp = {0, n, &group_->collectives()};
     opts.on_plan = [&control = group_->control()](const engine::StepPlan& plan) { control.send_plan(plan); };
-    opts.reform_group = [g = group_.get(), rejoin = std::chrono::milliseconds(cfg.health.reset_timeout_ms)](
-                            const std::string& why) { g->reform(why, rejoin); };
+    opts.reform_group = [g = group_.get()](const std::string& why) { g->reform(why); };
   }
   auto eng = std::make_shared<engine::Engine>(opts, &d.heartbeat());
   if (group_) {

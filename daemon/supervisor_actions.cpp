@@ -92,8 +92,7 @@ void SupervisorActions::recover(std::string reason, uint64_t decision) {
     auto eng = engines_.engine();
     const int timeout = daemon_.config().health.reset_timeout_ms;
     lc.set_activity("resetting the engine");
-    if (!eng->reset(reason, milliseconds(timeout)))
-      return failed(fmt::format("the engine did not leave its step within {} ms of a reset ({})", timeout, reason));
+    if (auto why = eng->reset(reason, milliseconds(timeout))) return failed(fmt::format("{} ({})", *why, reason));
     if (!lc.transition(State::Warming, "engine reset; warming again")) return set_outcome(decision, "interrupted");
     warmup_.warm(daemon_, warmup::Depth::least);
     hooks_.warmed();

@@ -23,6 +23,10 @@ namespace {
 // deadlines and heartbeats, not by waiting this long.
 constexpr std::chrono::minutes kJoinTimeout{60};
 constexpr std::chrono::seconds kOpTimeout{300};
+// A recovery waits this long for a worker that left to rejoin: a worker whose
+// step could not be aborted restarts (docs/OPERATIONS.md, "Tensor parallel"),
+// and joins before it loads its share.
+constexpr std::chrono::seconds kRejoin{60};
 // Workers beat every 0.5 s on the control plane, which runs on its own thread
 // whatever their engine does: 5 s of silence is a stopped or cut-off rank.
 constexpr std::chrono::seconds kSilence{5};
@@ -79,13 +83,14 @@ cluster::Fingerprint group_fingerprint(const Config& cfg) {
 }
 
 HeadGroup::HeadGroup(const Config& cfg, const std::function<void(const std::string&)>& status,
-                     const std::function<bool()>& cancelled, std::function<void(int, const std::string&)> lost) {
+                     std::function<bool()> cancelled, std::function<void(int, const std::string&)> lost)
+    : cancelled_(std::move(cancelled)) {
   const auto& p = cfg.parallel;
   control_ = std::make_unique<cluster::ControlHead>(
       cluster::HeadOptions{p.master_addr, static_cast<uint16_t>(p.master_port), cfg.engine.tensor_parallel_size,
                            group_fingerprint(cfg), std::move(lost)});
   store_ = rendezvous_store(cfg);
-  control_->wait_for_workers(false, kJoinTimeout, status, cancelled);
+  control_->wait_for_workers(false, kJoinTimeout, status, cancelled_);
   status("forming the data plane");
   control_->send_reform(generation_);
   collectives_ = std::make_unique<comm::TimedCollectives>(cpu_data_plane(cfg, 0, p.master_addr, generation_));
@@ -96,12 +101,27 @@ HeadGroup::~HeadGroup() = default;
 
 std::optional<std::string> HeadGroup::trouble() const { return control_->trouble(kSilence); }
 
-void HeadGroup::reform(const std::string& why, std::chrono::milliseconds rejoin) {
-  ++generation_;
-  spdlog::warn("tensor parallel: re-forming the group as generation {} ({})", generation_, why);
-  control_->wait_for_workers(false, rejoin, {}, {});
-  control_->send_reform(generation_);
-  collectives_->reinit(generation_);
+void HeadGroup::reform(const std::string& why) {
+  const auto until = std::chrono::steady_clock::now() + kRejoin;
+  std::string last = why;
+  for (;;) {
+    ++generation_;
+    spdlog::warn("tensor parallel: re-forming the group as generation {} ({})", generation_, last);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) throw std::runtime_error("the group did not re-form within 60 s: " + last);
+    control_->wait_for_workers(false, left, {}, cancelled_);
+    control_->send_reform(generation_);
+    try {
+      collectives_->reinit(generation_);
+      break;
+    } catch (const comm::CollectiveError& e) {
+      // A worker that left while the group formed (one whose step could not be
+      // aborted restarts) is waited for again; any other failure is final.
+      const auto trouble = control_->trouble(kSilence);
+      if (!trouble) throw;
+      last = *trouble + "; " + e.what();
+    }
+  }
   spdlog::info("tensor parallel: generation {} formed", generation_);
 }
 

@@ -31,9 +31,10 @@ class HeadGroup {
  public:
   // Listens, waits for every worker to join (`status` hears who has), then forms
   // the data plane with them. Throws std::runtime_error saying what is missing.
-  // `lost` hears a worker that leaves after it joined.
+  // `lost` hears a worker that leaves after it joined; `cancelled` (the daemon
+  // stopping) also ends a re-forming's wait for a rejoin.
   HeadGroup(const Config& cfg, const std::function<void(const std::string&)>& status,
-            const std::function<bool()>& cancelled, std::function<void(int rank, const std::string& why)> lost);
+            std::function<bool()> cancelled, std::function<void(int rank, const std::string& why)> lost);
   // Critical when a worker has left or gone silent (the supervisor's "group" monitor).
   std::optional<std::string> trouble() const;
   ~HeadGroup();
@@ -44,12 +45,13 @@ class HeadGroup {
   const comm::TimedCollectives& timing() const { return *collectives_; }
   // After an abort: every rank re-forms the data plane under the next
   // generation (the workers are told over the control plane), a worker that
-  // left having rejoined first (within `rejoin`). Blocks until all have; throws
-  // std::runtime_error (or comm::CollectiveError) when one cannot.
-  void reform(const std::string& why, std::chrono::milliseconds rejoin);
+  // left having rejoined first (a restarted one: within a minute). Blocks until
+  // all have; throws std::runtime_error (or comm::CollectiveError) when one cannot.
+  void reform(const std::string& why);
 
  private:
   int generation_ = 0;
+  std::function<bool()> cancelled_;
   std::unique_ptr<cluster::ControlHead> control_;
   std::unique_ptr<comm::StoreServer> store_;
   std::unique_ptr<comm::TimedCollectives> collectives_;

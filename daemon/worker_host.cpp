@@ -1,5 +1,6 @@
 #include "daemon/worker_host.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/daemon.hpp"
@@ -10,6 +11,14 @@
 #include "warmup/runner.hpp"
 
 namespace inferd::daemon {
+
+namespace {
+
+// An aborted collective returns within milliseconds; this leaves room for a
+// fully loaded machine. The head waits a minute for a restarted rank.
+constexpr std::chrono::seconds kAbortGrace{10};
+
+}  // namespace
 
 WorkerHost::WorkerHost(Daemon& daemon) : health_(daemon) {
   daemon.set_load_hook([this](Daemon& d) { load(d); });
@@ -28,11 +37,12 @@ void WorkerHost::load(Daemon& d) {
                              std::to_string(cfg.parallel.master_port));
   group_ = std::make_unique<WorkerGroup>(
       cfg, [&d] { return d.stopping(); },
-      [this](int generation) {
+      [this, &d](int generation) {
         health_.clear();
         // A collective this rank is blocked in returns, so the loop reaches the order.
         if (auto* c = collectives_.load())
           c->abort("the head re-forms the group as generation " + std::to_string(generation));
+        must_leave_step(d, generation);
       },
       [this] { return health_.report(); });
   collectives_ = group_->collectives.get();
@@ -105,6 +115,12 @@ bool WorkerHost::run_orders(Daemon& d) {
       continue;
     }
     d.heartbeat().begin_step(order->plan.work());
+    steps_begun_.fetch_add(1);
+    in_step_ = true;
+    struct LeftStep {
+      std::atomic<bool>& flag;
+      ~LeftStep() { flag = false; }
+    } left{in_step_};
     try {
       rank_->execute(order->plan);
     } catch (const comm::CollectiveError& e) {
@@ -121,6 +137,21 @@ bool WorkerHost::run_orders(Daemon& d) {
     group_->control->finished_step();
   }
   return true;
+}
+
+void WorkerHost::must_leave_step(Daemon& d, int generation) {
+  if (!in_step_) return;
+  const uint64_t step = steps_begun_.load();
+  boost::asio::post(d.supervisor_loop(), [this, &d, step, generation] {
+    abort_timer_ = std::make_unique<boost::asio::steady_timer>(d.supervisor_loop(), kAbortGrace);
+    abort_timer_->async_wait([this, &d, step, generation](auto ec) {
+      if (ec || !in_step_ || steps_begun_.load() != step || cancel_) return;
+      d.fail(fmt::format("this rank's step did not end within {} s of the head's order to re-form as generation {} "
+                         "(a transfer under way when the group broke cannot be aborted); restarting this rank "
+                         "to rejoin",
+                         kAbortGrace.count(), generation));
+    });
+  });
 }
 
 }  // namespace inferd::daemon

@@ -3,9 +3,12 @@
 // step plans, in order, on its own thread. When the head goes it keeps its
 // share of the model and joins the head's restart. Its health monitors report
 // to the head with each heartbeat. It serves no API: only /health/* and
-// /metrics (and the admin routes) on its own port.
+// /metrics (and the admin routes) on its own port. A step that the head's
+// order to re-form cannot abort (Gloo cannot wake a transfer already under way
+// when the group broke) fails the process, so that it restarts and rejoins.
 #pragma once
 #include <atomic>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -33,6 +36,9 @@ class WorkerHost {
   // Runs the head's orders until it goes (true) or this rank fails or stops (false).
   bool run_orders(Daemon& d);
   void report_coverage(const cluster::Order& order);
+  // On the control plane's thread, at the head's order to re-form: the step in
+  // progress, if any, must end within kAbortGrace, or this rank fails.
+  void must_leave_step(Daemon& d, int generation);
 
   WorkerHealth health_;
   std::unique_ptr<WorkerGroup> group_;
@@ -40,6 +46,9 @@ class WorkerHost {
   std::unique_ptr<engine::RankWorker> rank_;
   std::vector<kernels::ShapeKey> reachable_;  // what this rank's warm-up must touch
   std::atomic<bool> cancel_{false};
+  std::atomic<uint64_t> steps_begun_{0};  // counts the steps; with in_step_, which one is running
+  std::atomic<bool> in_step_{false};
+  std::unique_ptr<boost::asio::steady_timer> abort_timer_;  // on the daemon's loop
   std::thread thread_;
 };
 

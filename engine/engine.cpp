@@ -1,5 +1,6 @@
 #include "engine/engine.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -147,6 +148,7 @@ void Engine::stop() {
     abort_step_ = true;  // what a step was computing is dropped: everything in it ends with an error
   }
   cv_.notify_all();
+  reset_cv_.notify_all();  // a reset waiting for the group to re-form gives up
   if (thread_.joinable()) thread_.join();
 }
 
@@ -241,17 +243,19 @@ void Engine::loop() {
       if (reset_reason_) {
         const std::string reason = *reset_reason_;
         do_reset(reason);
-        bool ok = true;
+        ++resets_begun_;
+        reset_cv_.notify_all();
+        std::string failure;
         if (opts_.reform_group) {
           // Outside the lock: re-forming waits for every rank, and submit() must not.
           lk.unlock();
-          ok = reform_group(reason);
+          failure = reform_group(reason);
           lk.lock();
         }
         reset_reason_.reset();
         abort_step_ = false;
-        group_broken_ = !ok;
-        last_reset_ok_ = ok;
+        group_broken_ = !failure.empty();
+        last_reset_failure_ = std::move(failure);
         ++resets_done_;
         reset_cv_.notify_all();
       }
@@ -295,7 +299,7 @@ void Engine::drop_cancelled() {
   }
 }
 
-bool Engine::reset(const std::string& reason, std::chrono::milliseconds timeout) {
+std::optional<std::string> Engine::reset(const std::string& reason, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
   const uint64_t target = resets_done_ + 1;
   reset_reason_ = reason;
@@ -303,17 +307,22 @@ bool Engine::reset(const std::string& reason, std::chrono::milliseconds timeout)
   // A step blocked in a collective (a peer stalled or gone) returns at once.
   if (opts_.tp.comm) opts_.tp.comm->abort("engine reset: " + reason);
   cv_.notify_all();
-  return reset_cv_.wait_for(lk, timeout, [&] { return resets_done_ >= target || stopping_; }) && !stopping_ &&
-         last_reset_ok_;
+  if (!reset_cv_.wait_for(lk, timeout, [&] { return resets_begun_ >= target || stopping_; }))
+    return fmt::format("the engine did not leave its step within {} ms of a reset", timeout.count());
+  // Re-forming the group waits for ranks to rejoin, within bounds of its own.
+  reset_cv_.wait(lk, [&] { return resets_done_ >= target || stopping_; });
+  if (stopping_) return std::string("the engine is stopping");
+  if (!last_reset_failure_.empty()) return last_reset_failure_;
+  return std::nullopt;
 }
 
-bool Engine::reform_group(const std::string& reason) {
+std::string Engine::reform_group(const std::string& reason) {
   try {
     opts_.reform_group(reason);
-    return true;
+    return {};
   } catch (const std::exception& e) {
     spdlog::error("engine reset: the tensor-parallel group did not re-form: {}", e.what());
-    return false;
+    return std::string("the tensor-parallel group did not re-form: ") + e.what();
   }
 }
 

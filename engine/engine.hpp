@@ -60,7 +60,7 @@ struct EngineOptions {
   std::function<void(const StepPlan&)> on_plan;
   // With a group: run on the step thread during each reset (after reset()
   // aborted the data plane): re-forms the group on every rank, or throws; then
-  // the reset fails (reset() returns false) and the caller escalates.
+  // the reset fails (reset() returns why) and the caller escalates.
   std::function<void(const std::string& reason)> reform_group;
   // Decode batch sizes run as captured steps (CUDA graphs) on a backend that can
   // capture (engine/executor.hpp); the CPU backend cannot: there they do nothing.
@@ -189,9 +189,11 @@ class Engine {
   // Recovery: aborts the step in progress (if it responds), drops the KV cache's
   // contents and the prefix cache, and sorts the requests: those that have
   // produced nothing are held (they run again after release_held()), those that
-  // have end with an error naming `reason`. The model stays loaded. False when the
-  // scheduler did not get there within `timeout` (a wedge it cannot leave).
-  bool reset(const std::string& reason, std::chrono::milliseconds timeout);
+  // have end with an error naming `reason`. The model stays loaded. With a group,
+  // then re-forms it (bounded by reform_group's own waits, not by `timeout`).
+  // Returns why it failed, if it did: the scheduler did not leave its step
+  // within `timeout` (a wedge it cannot leave), or the group did not re-form.
+  std::optional<std::string> reset(const std::string& reason, std::chrono::milliseconds timeout);
   // The held requests go back to the queue, ahead of anything newer.
   void release_held();
 
@@ -202,7 +204,7 @@ class Engine {
   void loop();
   void take_inbox();                         // step loop; mu_ held
   void do_reset(const std::string& reason);  // step loop; mu_ held
-  bool reform_group(const std::string& reason);  // step loop; mu_ not held
+  std::string reform_group(const std::string& reason);  // step loop; mu_ not held; why it failed, or empty
   void drop_cancelled();  // requests whose caller cancelled them (a hang-up, a timeout)
   void step();
   void stall_if_armed();
@@ -235,8 +237,9 @@ class Engine {
   std::deque<std::unique_ptr<Live>> inbox_;
   bool stopping_ = false;
   std::optional<std::string> reset_reason_;  // a reset the step loop has yet to do
+  uint64_t resets_begun_ = 0;  // resets whose step the loop has left
   uint64_t resets_done_ = 0;
-  bool last_reset_ok_ = true;  // the last reset re-formed the group (always, without one)
+  std::string last_reset_failure_;  // why the last reset's group did not re-form; empty if it did
   bool group_broken_ = false;  // a collective failed: no step runs until a reset re-forms the group
   std::condition_variable reset_cv_;
   std::deque<std::unique_ptr<Live>> held_;
