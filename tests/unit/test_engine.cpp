@@ -7,11 +7,14 @@
 // too, each graph size recorded once. Also what submit() refuses.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.hpp"
@@ -205,6 +208,27 @@ TEST_CASE("engine: max_model_len past the trained context, or a KV cache too sma
   o.kv_cache_bytes = 16 << 20;  // 45 blocks of 16 tokens
   CHECK_THROWS_WITH_AS(engine::Engine{o}, doctest::Contains("raise kv_cache_bytes to at least 181 MiB"),
                        std::invalid_argument);
+}
+
+TEST_CASE("engine: a reset's re-forming of the group has its own bounds; its failure is the reset's answer") {
+  using namespace std::chrono_literals;
+  auto o = small_options();
+  std::atomic<int> reforms{0};
+  std::atomic<bool> fail_next{false};
+  o.reform_group = [&](const std::string&) {
+    ++reforms;
+    std::this_thread::sleep_for(300ms);  // waiting for a restarted rank to rejoin
+    if (fail_next.exchange(false)) throw std::runtime_error("worker rank 1 not joined within 60 s");
+  };
+  engine::Engine eng(o);
+  // The step is left at once; re-forming takes longer than the reset's timeout.
+  CHECK(eng.reset("test", 100ms) == std::nullopt);
+  fail_next = true;
+  const auto why = eng.reset("test", 100ms);
+  REQUIRE(why.has_value());
+  CHECK(*why == "the tensor-parallel group did not re-form: worker rank 1 not joined within 60 s");
+  CHECK(eng.reset("test", 100ms) == std::nullopt);  // the next reset re-forms it
+  CHECK(reforms == 3);
 }
 
 TEST_CASE("engine on a backend that captures steps: decode steps padded to graph sizes, each recorded once") {
