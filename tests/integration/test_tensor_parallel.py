@@ -87,6 +87,11 @@ def long_stream(head):
     return t, events
 
 
+def recoveries(head):
+    """The head's recovery times so far (s), for the MTTR figures printed with -rP."""
+    return [float(x) for x in re.findall(r"recovered in ([0-9.]+) s", head.output())]
+
+
 def complete(d, prompt):
     model = d.get("/v1/models").json()["data"][0]["id"]
     r = d.post("/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0,
@@ -244,7 +249,7 @@ def _stop_and_continue(head, worker, restarted):
     assert re.search(r"rank 1 is in generation [1-9]", rejoined.output())
     assert complete(head, "The capital of France is")["text"]
     print(f"detected after {detected:.2f} s; slowest health answer {slowest * 1000:.0f} ms; "
-          f"{'restarted' if restarted else 'in place'}; {re.findall(r'recovered in [0-9.]+ s', head.output())}")
+          f"{'restarted' if restarted else 'in place'}; recovered in {recoveries(head)} s")
     assert slowest < 2.0
 
 
@@ -273,6 +278,7 @@ def test_a_killed_worker_that_restarts_rejoins_and_the_group_reforms(group):
     assert "rank 1 rejoins" in head.output()
     assert "rank 1 is in generation 1" in restarted.output()
     assert complete(head, "The capital of France is")["text"]
+    print(f"recovered in {recoveries(head)} s")
     restarted.stop()
 
 
@@ -306,6 +312,7 @@ def test_a_rank_stalling_on_a_cold_shape_wedges_the_group_only_without_warm_up(g
         assert "fault point rank.cold_shape" in worker.output()
         head.wait_for("Serving", timeout=60)
         assert complete(head, "The capital of France is")["text"]
+        print(f"recovered in {recoveries(head)} s")
 
 
 @needs_faults
@@ -327,8 +334,10 @@ def test_a_restarted_head_re_forms_the_group_with_the_running_worker(group):
     head_args = list(head.proc.args[5:])  # past inferd --host H --port P
     head.signal(signal.SIGKILL)
     head.wait(timeout=30)
+    killed = time.monotonic()
     again = Daemon(head_args, wait_state="Serving", timeout=300)
     try:
+        print(f"restarted head serving {time.monotonic() - killed:.1f} s after SIGKILL")
         assert worker.proc.poll() is None
         assert "rejoined; this rank is in generation 0" in worker.output()
         assert complete(again, "The capital of France is")["text"]
@@ -419,7 +428,7 @@ def test_two_nodes_in_namespaces_survive_a_cut_data_link(worker_node, start_daem
     t.join(timeout=60)
     assert events[-1] == "[DONE]" and "error" in json.loads(events[-2])
     assert re.search(r"rank 1 is in generation [1-9]", worker_log.read_text())
-    print(f"{'restarted' if restarted else 'in place'}; {re.findall(r'recovered in [0-9.]+ s', head.output())}")
+    print(f"{'restarted' if restarted else 'in place'}; recovered in {recoveries(head)} s")
     assert complete(head, "The capital of France is")["text"]
 
 
