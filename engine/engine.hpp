@@ -27,6 +27,7 @@
 #include "engine/sampler.hpp"
 #include "engine/sched/step_plan.hpp"
 #include "engine/shape_space.hpp"
+#include "engine/spec/ngram_proposer.hpp"
 
 namespace inferd::engine {
 
@@ -67,6 +68,10 @@ struct EngineOptions {
   // Empty: every step runs eagerly; so does every rank of a group (tp.size > 1),
   // whose collectives run between the ops, outside what a graph holds.
   std::vector<int> graph_sizes = {1, 2, 4, 8};
+  // Speculative decoding with the prompt-lookup proposer (engine/spec/); unset:
+  // none. Greedy requests only (temperature 0): the others decode one token a
+  // step. Not with a tensor-parallel group (refused: std::invalid_argument).
+  std::optional<NgramOptions> speculative;
   // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
   LoadProgressFn on_load_progress;
@@ -151,6 +156,12 @@ struct EngineStats {
   uint64_t prefix_hits_tokens = 0;
   uint64_t preemptions_total = 0;
   uint64_t steps_total = 0;
+  // Speculative decoding, as vLLM counts it: sequence-steps that carried drafts,
+  // the drafts, those accepted, and those accepted at each draft position.
+  uint64_t spec_drafts = 0;
+  uint64_t spec_draft_tokens = 0;
+  uint64_t spec_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;  // num_speculative_tokens entries; empty without speculation
   double kv_usage() const { return kv_blocks_total ? double(kv_blocks_used) / kv_blocks_total : 0.0; }
 };
 
@@ -205,6 +216,10 @@ class Engine {
   bool reform_group(const std::string& reason);  // step loop; mu_ not held
   void drop_cancelled();  // requests whose caller cancelled them (a hang-up, a timeout)
   void step();
+  // Samples a sequence's rows of the step's logits from `row`: one token, or for
+  // one with drafts the accepted drafts and then the target's token.
+  void sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken>& sampled,
+                  std::vector<SampleResult>& results);
   void stall_if_armed();
   void corrupt_if_armed();
   // Ends a request with a final delta (carrying its last text, if any).
@@ -221,6 +236,7 @@ class Engine {
   std::unique_ptr<ChatTemplate> chat_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<KvCacheManager> kv_manager_;
+  std::unique_ptr<Proposer> proposer_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
   int max_model_len_ = 0;
@@ -250,6 +266,8 @@ class Engine {
   std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0};
   std::atomic<uint64_t> prompt_total_{0}, gen_total_{0}, prefix_q_{0}, prefix_hit_{0}, preempt_total_{0},
       steps_total_{0};
+  std::atomic<uint64_t> spec_drafts_{0}, spec_draft_tokens_{0}, spec_accepted_{0};
+  std::vector<std::atomic<uint64_t>> spec_accepted_per_pos_;
 
   std::thread thread_;
 };
