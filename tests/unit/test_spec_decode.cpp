@@ -205,6 +205,12 @@ TEST_CASE("speculative decoding: greedy output equals decoding one token a step,
                              "The cat sat on the mat. The cat sat on the mat. The cat",
                              "Write a short story about a robot."})
       prompts.push_back(tok.encode(text, true, false));
+    // Prefilled in chunks of 64 while the others decode with drafts.
+    std::string numbers;
+    for (int i = 1; i <= 50; ++i) numbers += std::to_string(i) + ", ";
+    prompts.push_back(tok.encode(numbers, true, false));
+    REQUIRE(prompts.back().size() > 128);
+    REQUIRE(prompts.back().size() < 200);
     for (const auto& p : prompts) want_alone.push_back(test_engine::generate_greedy(plain, {p}, 40)[0]);
     want_batch = test_engine::generate_greedy(plain, prompts, 40);
   }
