@@ -263,7 +263,7 @@ std::string parse_speculative(const std::string& text, SpeculativeConfig& out) {
 Key speculative_config_key() {
   return {"engine", "speculative_config", "speculative-config", Kind::String,
           "speculative decoding as JSON, e.g. {\"method\":\"ngram\",\"num_speculative_tokens\":5,"
-          "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}: prompt lookup, greedy requests only",
+          "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}: prompt lookup",
           [](Config& c, const Value& v) -> std::string {
             SpeculativeConfig sc;
             std::string err = parse_speculative(std::get<std::string>(v), sc);

@@ -233,8 +233,7 @@ void Engine::take_inbox() {
     inbox_.pop_front();
     const Live& l = *r;
     SeqSpec spec{l.id, l.req.prompt, l.req.max_tokens, {}, l.req.priority};
-    // Drafts are verified exactly by greedy acceptance; sampled requests decode one token a step.
-    spec.speculate = proposer_ != nullptr && l.req.sampling.greedy();
+    spec.speculate = proposer_ != nullptr && l.req.speculate;
     if (!l.req.ignore_eos) {
       spec.stop_tokens = tokenizer_->stop_ids();
       spec.stop_tokens.insert(spec.stop_tokens.end(), l.req.stop_token_ids.begin(), l.req.stop_token_ids.end());
@@ -501,30 +500,33 @@ void Engine::sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken
     prompt_total_.fetch_add(v.n_prompt);
     r.cached_tokens = v.cached_tokens;
   }
-  auto sample_row = [&](int at, std::span<const int32_t> context) {
+  auto sample_row = [&](int at, std::span<const int32_t> context, int32_t draft) {
     std::span<float> logits(logits_.data() + static_cast<size_t>(at) * vocab, vocab);
     std::fill(logits.begin() + n_tokens_, logits.end(), -std::numeric_limits<float>::infinity());  // padding ids
-    results.push_back(r.sampler.sample(logits, context, context.subspan(v.n_prompt)));
+    results.push_back(r.sampler.verify(logits, context, context.subspan(v.n_prompt), draft));
     sampled.push_back({s.seq, results.back().token});
     return results.back().token;
   };
   if (s.num_drafts == 0) {
-    sample_row(row, v.tokens);
+    sample_row(row, v.tokens, -1);
     return;
   }
-  // Greedy verification: row i is the target's choice after the last token and
-  // the first i drafts, penalties seeing those drafts as generated. Draft i is
-  // accepted while it is that choice; the first choice that differs (or the one
-  // after every draft) is the target's own token. Output equals decoding one
-  // token a step.
+  // Row i is the target's distribution after the last token and the first i
+  // drafts, penalties seeing those drafts as generated. Draft i is verified
+  // against it (Sampler::verify: greedy, kept while it is the argmax; sampled,
+  // kept with probability p(draft), else a token from the residual), and the
+  // first token that is not the draft ends the step; after every draft, the
+  // last row gives one more. Greedy output equals decoding one token a step;
+  // sampled output has the same distribution.
   const auto drafts = std::span<const int32_t>(s.tokens).last(static_cast<size_t>(s.num_drafts));
   std::vector<int32_t> context(v.tokens.begin(), v.tokens.end());
   int accepted = 0;
-  while (sample_row(row + accepted, context) == (accepted < s.num_drafts ? drafts[accepted] : -1)) {
+  while (accepted < s.num_drafts && sample_row(row + accepted, context, drafts[accepted]) == drafts[accepted]) {
     spec_accepted_per_pos_[static_cast<size_t>(accepted)].fetch_add(1);
     context.push_back(drafts[accepted]);
     ++accepted;
   }
+  if (accepted == s.num_drafts) sample_row(row + accepted, context, -1);  // every draft kept: the bonus token
   spec_drafts_.fetch_add(1);
   spec_draft_tokens_.fetch_add(static_cast<uint64_t>(s.num_drafts));
   spec_accepted_.fetch_add(static_cast<uint64_t>(accepted));

@@ -69,8 +69,10 @@ struct EngineOptions {
   // whose collectives run between the ops, outside what a graph holds.
   std::vector<int> graph_sizes = {1, 2, 4, 8};
   // Speculative decoding with the prompt-lookup proposer (engine/spec/); unset:
-  // none. Greedy requests only (temperature 0): the others decode one token a
-  // step. Not with a tensor-parallel group (refused: std::invalid_argument).
+  // none. Greedy requests give the tokens they give without it; sampled ones
+  // verify drafts by speculative sampling (Sampler::verify), the same
+  // distribution, but not the same tokens for a given seed. Not with a
+  // tensor-parallel group (refused: std::invalid_argument).
   std::optional<NgramOptions> speculative;
   // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
@@ -120,6 +122,10 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   bool skip_special_tokens = true;
   bool priority = false;  // jumps the waiting queue (health probes: they measure the engine, not the queue)
+  // May carry drafts when the engine speculates. The warm-up turns it off: its
+  // plan counts on steps of one token per decoding sequence (decode batch sizes
+  // held for several steps); the verify steps' shapes lie inside its buckets.
+  bool speculate = true;
   std::function<void(Delta&&)> sink;
 };
 

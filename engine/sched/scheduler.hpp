@@ -39,7 +39,7 @@ struct SeqSpec {
   int max_tokens = 16;
   std::vector<int32_t> stop_tokens;  // sampling one ends the sequence with Stop
   bool priority = false;             // queued ahead of everything waiting
-  bool speculate = false;            // decode steps may carry drafts (the engine asks it for greedy requests)
+  bool speculate = false;            // decode steps may carry drafts (with a proposer)
 };
 
 struct SchedulerCounters {

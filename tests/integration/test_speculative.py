@@ -1,7 +1,8 @@
 """Speculative decoding (--speculative-config, prompt lookup): greedy completions
 from a daemon with it equal those from one without, token for token, one at a
-time and several at once; its vLLM counters in /metrics are consistent; the
-warm-up still covers every shape its traffic reaches; bad settings are refused."""
+time and several at once; sampled ones speculate too; its vLLM counters in
+/metrics are consistent; the warm-up still covers every shape its traffic
+reaches; bad settings are refused."""
 import concurrent.futures
 import json
 import re
@@ -67,6 +68,15 @@ def test_same_completions_with_and_without_speculation(start_daemon):
     # Several in one batch.
     with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
         assert list(ex.map(lambda p: complete(d, p), PROMPTS)) == want
+
+    # Sampled requests speculate too (speculative sampling): same length, streamed or not.
+    before = spec_metrics(d)[0]
+    for seed in range(2):
+        r = d.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 40, "temperature": 0.5, "seed": seed,
+                                            "ignore_eos": True}, timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 40
+    assert spec_metrics(d)[0] > before
 
     drafts, draft_tokens, accepted, per_pos = spec_metrics(d)
     assert 0 < accepted <= draft_tokens

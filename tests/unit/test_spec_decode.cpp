@@ -4,11 +4,15 @@
 // the prompt-lookup proposer, one request at a time and several in one batch.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <numeric>
 #include <vector>
 
 #include "engine/engine.hpp"
 #include "engine/kv/kv_cache_manager.hpp"
+#include "engine/sampler.hpp"
 #include "engine/sched/scheduler.hpp"
 #include "engine/tokenizer.hpp"
 #include "tests/engine_generate.hpp"
@@ -229,4 +233,77 @@ TEST_CASE("speculative decoding: greedy output equals decoding one token a step,
   // Fewer steps than tokens: accepted drafts came out of the same step.
   const auto got = test_engine::generate_greedy(eng, prompts, 40);
   for (size_t i = 0; i < prompts.size(); ++i) CHECK_MESSAGE(got[i].ids == want_batch[i].ids, "prompt ", i, " batched");
+}
+
+TEST_CASE("sampler: verifying a draft keeps the sampling distribution (speculative sampling, point-mass proposal)") {
+  // Four tokens with probabilities 0.5, 0.25, 0.125, 0.125 at temperature 1.
+  const std::vector<float> logits{std::log(4.0f), std::log(2.0f), 0.0f, 0.0f};
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.seed = 7;
+  const std::vector<double> p{0.5, 0.25, 0.125, 0.125};
+  for (int32_t draft : {0, 1, 3}) {
+    Sampler s(params);
+    std::vector<int> counts(4, 0);
+    int accepted = 0;
+    constexpr int kTrials = 40000;
+    for (int i = 0; i < kTrials; ++i) {
+      std::vector<float> l = logits;
+      const int32_t t = s.verify(l, {}, {}, draft).token;
+      ++counts[static_cast<size_t>(t)];
+      accepted += t == draft;
+    }
+    INFO("draft ", draft);
+    // Accepted with probability p(draft), and every token drawn with p overall
+    // (the standard error at 40000 draws is at most 0.0025).
+    CHECK(std::abs(double(accepted) / kTrials - p[static_cast<size_t>(draft)]) < 0.015);
+    for (size_t t = 0; t < 4; ++t) CHECK(std::abs(double(counts[t]) / kTrials - p[t]) < 0.015);
+  }
+  // A draft truncation dropped (top_k 1 keeps token 0 only) is never accepted.
+  params.top_k = 1;
+  Sampler s(params);
+  for (int i = 0; i < 100; ++i) {
+    std::vector<float> l = logits;
+    CHECK(s.verify(l, {}, {}, 2).token == 0);
+  }
+  // Greedy: the argmax, whatever the draft.
+  params = SamplingParams{};
+  params.temperature = 0;
+  Sampler g(params);
+  std::vector<float> l = logits;
+  CHECK(g.verify(l, {}, {}, 1).token == 0);
+}
+
+TEST_CASE("speculative decoding: sampled requests speculate too, and end with their max_tokens") {
+  Engine eng(engine_options(true));
+  const auto prompt = eng.tokenizer().encode("Count from 1 to 300: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", true, false);
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, tokens = 0;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.sampling.temperature = 0.3f;
+    r.sampling.seed = i;
+    r.max_tokens = 60;
+    r.ignore_eos = true;
+    r.sink = [&](Delta&& d) {
+      std::lock_guard lk(mu);
+      tokens += static_cast<int>(d.tokens.size());
+      if (d.finish != FinishReason::None) {
+        CHECK(d.finish == FinishReason::Length);
+        CHECK(d.usage.completion_tokens == 60);
+        ++done;
+        cv.notify_all();
+      }
+    };
+    eng.submit(std::move(r));
+  }
+  std::unique_lock lk(mu);
+  REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == 3; }));
+  CHECK(tokens == 180);
+  const auto st = eng.stats();
+  CHECK(st.spec_drafts > 0);
+  CHECK(st.spec_accepted_tokens > 0);
+  CHECK(st.spec_accepted_tokens <= st.spec_draft_tokens);
 }
