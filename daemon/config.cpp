@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <boost/json.hpp>
+
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -216,6 +218,60 @@ Key cuda_graph_sizes_key() {
           }};
 }
 
+// vLLM's --speculative-config: a JSON object, e.g.
+// {"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":2};
+// "" for none. As in vLLM, an unset lookup bound takes the other's value, and 5 when both are unset.
+std::string parse_speculative(const std::string& text, SpeculativeConfig& out) {
+  out = {};
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) return {};
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(text, ec);
+  if (ec || !v.is_object()) return fmt::format("must be a JSON object like {{\"method\":\"ngram\",\"num_speculative_tokens\":5}}, got '{}'", text);
+  const auto& o = v.as_object();
+  auto int_field = [&](std::string_view name, int lo, int hi, int& dst) -> std::string {
+    const auto* f = o.if_contains(name);
+    if (f == nullptr) return {};
+    if (!f->is_int64() || f->as_int64() < lo || f->as_int64() > hi)
+      return fmt::format("\"{}\" must be an integer from {} to {}, got {}", name, lo, hi, boost::json::serialize(*f));
+    dst = static_cast<int>(f->as_int64());
+    return {};
+  };
+  for (const auto& [k, val] : o)
+    if (k != "method" && k != "num_speculative_tokens" && k != "prompt_lookup_min" && k != "prompt_lookup_max")
+      return fmt::format("unknown field \"{}\" (known: method, num_speculative_tokens, prompt_lookup_min, "
+                         "prompt_lookup_max)", std::string_view(k));
+  const auto* m = o.if_contains("method");
+  if (m == nullptr || !m->is_string()) return "\"method\" must be given as a string; the supported method is \"ngram\"";
+  const std::string method(m->as_string());
+  if (method != "ngram")
+    return fmt::format("method \"{}\" is not supported; the supported method is \"ngram\" (prompt lookup)", method);
+  out.method = method;
+  if (!o.contains("num_speculative_tokens")) return "\"num_speculative_tokens\" is required";
+  for (auto e : {int_field("num_speculative_tokens", 1, 32, out.num_speculative_tokens),
+                 int_field("prompt_lookup_min", 1, 1024, out.prompt_lookup_min),
+                 int_field("prompt_lookup_max", 1, 1024, out.prompt_lookup_max)})
+    if (!e.empty()) return e;
+  if (out.prompt_lookup_min == 0 && out.prompt_lookup_max == 0) out.prompt_lookup_min = out.prompt_lookup_max = 5;
+  if (out.prompt_lookup_min == 0) out.prompt_lookup_min = out.prompt_lookup_max;
+  if (out.prompt_lookup_max == 0) out.prompt_lookup_max = out.prompt_lookup_min;
+  if (out.prompt_lookup_max < out.prompt_lookup_min)
+    return fmt::format("\"prompt_lookup_max\" ({}) must be at least \"prompt_lookup_min\" ({})", out.prompt_lookup_max,
+                       out.prompt_lookup_min);
+  return {};
+}
+
+Key speculative_config_key() {
+  return {"engine", "speculative_config", "speculative-config", Kind::String,
+          "speculative decoding as JSON, e.g. {\"method\":\"ngram\",\"num_speculative_tokens\":5,"
+          "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}: prompt lookup",
+          [](Config& c, const Value& v) -> std::string {
+            SpeculativeConfig sc;
+            std::string err = parse_speculative(std::get<std::string>(v), sc);
+            if (err.empty()) c.engine.speculative = sc;
+            return err;
+          }};
+}
+
 Key gpu_memory_utilization_key() {
   return {"engine", "gpu_memory_utilization", "gpu-memory-utilization", Kind::Float,
           "fraction of GPU memory the engine may use",
@@ -273,6 +329,7 @@ const std::vector<Key>& keys() {
                 "seconds the model load may take before inferd exits 1; 0: max(60, file size / 50 MB/s)"),
       gpu_memory_utilization_key(),
       cuda_graph_sizes_key(),
+      speculative_config_key(),
       bool_key("engine", "enforce_eager", "enforce-eager", &C::engine, &EngineConfig::enforce_eager,
                "run every step eagerly: no CUDA graphs"),
       int_key("engine", "tensor_parallel_size", "tensor-parallel-size", &C::engine, &EngineConfig::tensor_parallel_size,
@@ -584,6 +641,11 @@ void check_across_keys(const Config& cfg, const Origins& origins) {
   }
   check_parallel(cfg, origins);
   refuse_unbuilt(cfg, origins);
+  // A group's workers build each step's batch from the plan without its drafts.
+  if (cfg.engine.speculative.num_speculative_tokens > 0 && cfg.engine.tensor_parallel_size > 1)
+    throw ConfigError(fmt::format("{}: speculative decoding is not supported with tensor_parallel_size > 1 ({} is {})",
+                                  where_set(origins, "engine.speculative_config"),
+                                  where_set(origins, "engine.tensor_parallel_size"), cfg.engine.tensor_parallel_size));
 }
 
 }  // namespace

@@ -54,6 +54,16 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// Speculative decoding (--speculative-config, as vLLM's JSON): only the
+// prompt-lookup ("ngram") method. num_speculative_tokens 0: off.
+struct SpeculativeConfig {
+  std::string method;
+  int num_speculative_tokens = 0;
+  int prompt_lookup_min = 0;
+  int prompt_lookup_max = 0;
+  bool operator==(const SpeculativeConfig&) const = default;
+};
+
 struct EngineConfig {
   std::string device = "cpu";  // cpu, cuda or cuda:N
   int threads = 0;  // 0: every core
@@ -69,6 +79,7 @@ struct EngineConfig {
   // next, a wider one runs eagerly. No effect on the CPU.
   std::vector<int> cuda_graph_sizes = {1, 2, 4, 8};
   bool enforce_eager = false;  // no CUDA graphs at all
+  SpeculativeConfig speculative;
   bool operator==(const EngineConfig&) const = default;
 };
 

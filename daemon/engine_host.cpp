@@ -71,6 +71,8 @@ engine::EngineOptions engine_options(const Config& cfg) {
   o.block_size = cfg.engine.block_size;
   o.enable_prefix_caching = cfg.engine.enable_prefix_caching;
   o.graph_sizes = cfg.engine.enforce_eager ? std::vector<int>{} : cfg.engine.cuda_graph_sizes;
+  if (const auto& sc = cfg.engine.speculative; sc.num_speculative_tokens > 0)
+    o.speculative = engine::NgramOptions{sc.num_speculative_tokens, sc.prompt_lookup_min, sc.prompt_lookup_max};
   return o;
 }
 

@@ -64,6 +64,29 @@ EngineMetrics::EngineMetrics(Metrics& metrics, std::string model_name, StatsSour
          MetricType::Counter, [](const S& s) { return double(s.prefix_hits_tokens); });
   series("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", MetricType::Counter,
          [](const S& s) { return double(s.preemptions_total); });
+  // Speculative decoding: present only when it is configured (as in vLLM).
+  auto spec_series = [&](const char* name, const char* help, double (*read)(const engine::EngineStats&)) {
+    metrics.add_collector(name, help, MetricType::Counter, [stats, read, label = model_name_] {
+      std::vector<Metrics::Sample> out;
+      if (auto s = stats(); s && !s->spec_accepted_per_pos.empty()) out.push_back({{{"model_name", label}}, read(*s)});
+      return out;
+    });
+  };
+  spec_series("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.",
+              [](const S& s) { return double(s.spec_drafts); });
+  spec_series("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.",
+              [](const S& s) { return double(s.spec_draft_tokens); });
+  spec_series("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.",
+              [](const S& s) { return double(s.spec_accepted_tokens); });
+  metrics.add_collector("vllm:spec_decode_num_accepted_tokens_per_pos_total", "Accepted tokens per draft position.",
+                        MetricType::Counter, [stats, label = model_name_] {
+                          std::vector<Metrics::Sample> out;
+                          if (auto s = stats())
+                            for (size_t i = 0; i < s->spec_accepted_per_pos.size(); ++i)
+                              out.push_back({{{"model_name", label}, {"position", std::to_string(i)}},
+                                             double(s->spec_accepted_per_pos[i])});
+                          return out;
+                        });
 }
 
 void EngineMetrics::observe_ttft(double seconds) { ttft_.observe(seconds); }

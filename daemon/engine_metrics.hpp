@@ -4,7 +4,10 @@
 //                vllm:kv_cache_usage_perc (a fraction, 1 = full, as vLLM),
 //                vllm:prompt_tokens_total, vllm:generation_tokens_total,
 //                vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total (tokens),
-//                vllm:num_preemptions_total
+//                vllm:num_preemptions_total,
+//                with speculative decoding vllm:spec_decode_num_drafts_total,
+//                vllm:spec_decode_num_draft_tokens_total, vllm:spec_decode_num_accepted_tokens_total,
+//                vllm:spec_decode_num_accepted_tokens_per_pos_total{position}
 //   per request  vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
 //                vllm:e2e_request_latency_seconds, vllm:request_success_total{finished_reason}
 // Every series carries model_name.

@@ -115,8 +115,17 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g, *backend_);
   kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching);
-  scheduler_ = std::make_unique<Scheduler>(
-      SchedulerLimits{opts_.max_num_seqs, opts_.max_num_batched_tokens, max_model_len_}, *kv_manager_);
+  SchedulerLimits limits{opts_.max_num_seqs, opts_.max_num_batched_tokens, max_model_len_};
+  if (opts_.speculative) {
+    // A group's workers build their batch from the plan without its drafts' logits rows.
+    if (opts_.tp.size > 1)
+      throw std::invalid_argument("speculative decoding is not supported with tensor parallelism (tensor_parallel_size " +
+                                  std::to_string(opts_.tp.size) + ")");
+    proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);
+    limits.num_speculative_tokens = opts_.speculative->num_speculative_tokens;
+    spec_accepted_per_pos_ = std::vector<std::atomic<uint64_t>>(static_cast<size_t>(limits.num_speculative_tokens));
+  }
+  scheduler_ = std::make_unique<Scheduler>(limits, *kv_manager_, proposer_.get());
   // A rank of a group runs collectives between its ops, which no graph holds: eager.
   if (opts_.tp.size <= 1)
     graph_sizes_ = graph_sizes_for(*backend_, opts_.graph_sizes, opts_.max_num_seqs, opts_.max_num_batched_tokens);
@@ -213,6 +222,10 @@ EngineStats Engine::stats() const {
   st.prefix_hits_tokens = prefix_hit_.load();
   st.preemptions_total = preempt_total_.load();
   st.steps_total = steps_total_.load();
+  st.spec_drafts = spec_drafts_.load();
+  st.spec_draft_tokens = spec_draft_tokens_.load();
+  st.spec_accepted_tokens = spec_accepted_.load();
+  for (const auto& n : spec_accepted_per_pos_) st.spec_accepted_per_pos.push_back(n.load());
   return st;
 }
 
@@ -222,6 +235,7 @@ void Engine::take_inbox() {
     inbox_.pop_front();
     const Live& l = *r;
     SeqSpec spec{l.id, l.req.prompt, l.req.max_tokens, {}, l.req.priority};
+    spec.speculate = proposer_ != nullptr && l.req.speculate;
     if (!l.req.ignore_eos) {
       spec.stop_tokens = tokenizer_->stop_ids();
       spec.stop_tokens.insert(spec.stop_tokens.end(), l.req.stop_token_ids.begin(), l.req.stop_token_ids.end());
@@ -436,34 +450,29 @@ void Engine::step() {
   // from them, so a request that had produced nothing still has produced nothing.
   if (abort_step_.load()) return;
 
-  // Sample one token per sampled sequence, row r of the logits for the r-th.
-  const int vocab = model_->config().vocab;
+  // Sample each sampled sequence from its rows of the logits, in plan order.
   std::vector<SampledToken> sampled;
   std::vector<SampleResult> results;
+  int row = 0;
   for (const auto& s : plan.seqs) {
     if (!s.sample) continue;
-    Live& r = *live_.at(s.seq);
-    const auto v = scheduler_->view(s.seq);
-    if (r.n_generated == 0) {
-      prompt_total_.fetch_add(v.n_prompt);
-      r.cached_tokens = v.cached_tokens;
-    }
-    std::span<float> row(logits_.data() + sampled.size() * vocab, vocab);
-    std::fill(row.begin() + n_tokens_, row.end(), -std::numeric_limits<float>::infinity());  // padding ids
-    results.push_back(r.sampler.sample(row, v.tokens, v.tokens.subspan(v.n_prompt)));
-    sampled.push_back({s.seq, results.back().token});
+    sample_seq(s, row, sampled, results);
+    row += s.logits_rows();
   }
   const auto outcomes = scheduler_->update(plan, sampled);
 
   const auto now = Clock::now();
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const TokenOutcome& o = outcomes[i];
-    Live& r = *live_.at(o.seq);
+    auto live = live_.find(o.seq);
+    if (live == live_.end()) continue;  // a stop string ended it at an earlier token of this step
+    Live& r = *live->second;
     ++r.n_generated;
     gen_total_.fetch_add(1);
     Delta d;
-    TokenOut t{o.token, results[i].logprob, {}};
-    if (r.req.sampling.logprobs >= 0) t.top = std::move(results[i].top);
+    SampleResult& res = results[o.sampled_index];
+    TokenOut t{o.token, res.logprob, {}};
+    if (r.req.sampling.logprobs >= 0) t.top = std::move(res.top);
     d.tokens.push_back(std::move(t));
     if (!r.sent_first) {
       d.ttft_s = std::chrono::duration<double>(now - r.arrival).count();
@@ -489,6 +498,47 @@ void Engine::step() {
       live_.erase(o.seq);
     }
   }
+}
+
+void Engine::sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken>& sampled,
+                        std::vector<SampleResult>& results) {
+  const int vocab = model_->config().vocab;
+  Live& r = *live_.at(s.seq);
+  const auto v = scheduler_->view(s.seq);
+  if (r.n_generated == 0) {
+    prompt_total_.fetch_add(v.n_prompt);
+    r.cached_tokens = v.cached_tokens;
+  }
+  auto sample_row = [&](int at, std::span<const int32_t> context, int32_t draft) {
+    std::span<float> logits(logits_.data() + static_cast<size_t>(at) * vocab, vocab);
+    std::fill(logits.begin() + n_tokens_, logits.end(), -std::numeric_limits<float>::infinity());  // padding ids
+    results.push_back(r.sampler.verify(logits, context, context.subspan(v.n_prompt), draft));
+    sampled.push_back({s.seq, results.back().token});
+    return results.back().token;
+  };
+  if (s.num_drafts == 0) {
+    sample_row(row, v.tokens, -1);
+    return;
+  }
+  // Row i is the target's distribution after the last token and the first i
+  // drafts, penalties seeing those drafts as generated. Draft i is verified
+  // against it (Sampler::verify: greedy, kept while it is the argmax; sampled,
+  // kept with probability p(draft), else a token from the residual), and the
+  // first token that is not the draft ends the step; after every draft, the
+  // last row gives one more. Greedy output equals decoding one token a step;
+  // sampled output has the same distribution.
+  const auto drafts = std::span<const int32_t>(s.tokens).last(static_cast<size_t>(s.num_drafts));
+  std::vector<int32_t> context(v.tokens.begin(), v.tokens.end());
+  int accepted = 0;
+  while (accepted < s.num_drafts && sample_row(row + accepted, context, drafts[accepted]) == drafts[accepted]) {
+    spec_accepted_per_pos_[static_cast<size_t>(accepted)].fetch_add(1);
+    context.push_back(drafts[accepted]);
+    ++accepted;
+  }
+  if (accepted == s.num_drafts) sample_row(row + accepted, context, -1);  // every draft kept: the bonus token
+  spec_drafts_.fetch_add(1);
+  spec_draft_tokens_.fetch_add(static_cast<uint64_t>(s.num_drafts));
+  spec_accepted_.fetch_add(static_cast<uint64_t>(accepted));
 }
 
 void Engine::end(Live& r, FinishReason why, std::string error, Delta d) {

@@ -27,6 +27,7 @@
 #include "engine/sampler.hpp"
 #include "engine/sched/step_plan.hpp"
 #include "engine/shape_space.hpp"
+#include "engine/spec/ngram_proposer.hpp"
 
 namespace inferd::engine {
 
@@ -67,6 +68,12 @@ struct EngineOptions {
   // Empty: every step runs eagerly; so does every rank of a group (tp.size > 1),
   // whose collectives run between the ops, outside what a graph holds.
   std::vector<int> graph_sizes = {1, 2, 4, 8};
+  // Speculative decoding with the prompt-lookup proposer (engine/spec/); unset:
+  // none. Greedy requests give the tokens they give without it; sampled ones
+  // verify drafts by speculative sampling (Sampler::verify), the same
+  // distribution, but not the same tokens for a given seed. Not with a
+  // tensor-parallel group (refused: std::invalid_argument).
+  std::optional<NgramOptions> speculative;
   // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
   LoadProgressFn on_load_progress;
@@ -115,6 +122,10 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   bool skip_special_tokens = true;
   bool priority = false;  // jumps the waiting queue (health probes: they measure the engine, not the queue)
+  // May carry drafts when the engine speculates. The warm-up turns it off: its
+  // plan counts on steps of one token per decoding sequence (decode batch sizes
+  // held for several steps); the verify steps' shapes lie inside its buckets.
+  bool speculate = true;
   std::function<void(Delta&&)> sink;
 };
 
@@ -151,6 +162,12 @@ struct EngineStats {
   uint64_t prefix_hits_tokens = 0;
   uint64_t preemptions_total = 0;
   uint64_t steps_total = 0;
+  // Speculative decoding, as vLLM counts it: sequence-steps that carried drafts,
+  // the drafts, those accepted, and those accepted at each draft position.
+  uint64_t spec_drafts = 0;
+  uint64_t spec_draft_tokens = 0;
+  uint64_t spec_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;  // num_speculative_tokens entries; empty without speculation
   double kv_usage() const { return kv_blocks_total ? double(kv_blocks_used) / kv_blocks_total : 0.0; }
 };
 
@@ -207,6 +224,10 @@ class Engine {
   std::string reform_group(const std::string& reason);  // step loop; mu_ not held; why it failed, or empty
   void drop_cancelled();  // requests whose caller cancelled them (a hang-up, a timeout)
   void step();
+  // Samples a sequence's rows of the step's logits from `row`: one token, or for
+  // one with drafts the accepted drafts and then the target's token.
+  void sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken>& sampled,
+                  std::vector<SampleResult>& results);
   void stall_if_armed();
   void corrupt_if_armed();
   // Ends a request with a final delta (carrying its last text, if any).
@@ -223,6 +244,7 @@ class Engine {
   std::unique_ptr<ChatTemplate> chat_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<KvCacheManager> kv_manager_;
+  std::unique_ptr<Proposer> proposer_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
   int max_model_len_ = 0;
@@ -253,6 +275,8 @@ class Engine {
   std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0};
   std::atomic<uint64_t> prompt_total_{0}, gen_total_{0}, prefix_q_{0}, prefix_hit_{0}, preempt_total_{0},
       steps_total_{0};
+  std::atomic<uint64_t> spec_drafts_{0}, spec_draft_tokens_{0}, spec_accepted_{0};
+  std::vector<std::atomic<uint64_t>> spec_accepted_per_pos_;
 
   std::thread thread_;
 };

@@ -35,7 +35,9 @@ void Executor::execute(const StepPlan& plan, std::vector<float>& logits) {
   for (const auto& s : plan.seqs) {
     const int32_t table = batch_.add_table(s.block_table);
     const int n = static_cast<int>(s.tokens.size());
-    for (int i = 0; i < n; ++i) batch_.add(s.tokens[i], s.start + i, table, s.sample && i + 1 == n);
+    // Logits for the last token, and for each draft after it (their verification).
+    const int first_row = n - 1 - s.num_drafts;
+    for (int i = 0; i < n; ++i) batch_.add(s.tokens[i], s.start + i, table, s.sample && i >= first_row);
   }
   const auto vocab = static_cast<size_t>(model_.config().vocab);
   const auto n = static_cast<int64_t>(plan.seqs.size());

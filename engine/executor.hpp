@@ -22,7 +22,8 @@ class Executor {
  public:
   // graph_sizes: the decode batch sizes captured, ascending; empty: none.
   Executor(Model& model, KvCache& kv, kernels::Backend& backend, std::vector<int> graph_sizes = {});
-  // logits: resized to one row of the model's vocab per sequence the plan samples.
+  // logits: resized to one row of the model's vocab per logits row the plan wants
+  // (ScheduledSeq::logits_rows), in plan order.
   void execute(const StepPlan& plan, std::vector<float>& logits);
 
   // The graph size a decode step of n sequences runs as; 0: none (it runs as it is).

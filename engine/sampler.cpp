@@ -171,6 +171,11 @@ double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53
 
 SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> context,
                              std::span<const int32_t> generated) {
+  return verify(logits, context, generated, -1);
+}
+
+SampleResult Sampler::verify(std::span<float> logits, std::span<const int32_t> context,
+                             std::span<const int32_t> generated, int32_t draft) {
   if (logits.empty()) throw std::invalid_argument("sampling needs at least one logit");
   SampleResult r;
   // Raw logprobs come from the logits as the model produced them, so they are
@@ -182,7 +187,7 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> c
       r.top.emplace_back(token, static_cast<float>(logit - lse));
   }
   apply_penalties(logits, context, generated);
-  r.token = params_.greedy() ? argmax(logits) : draw(logits);
+  r.token = params_.greedy() ? argmax(logits) : draft < 0 ? draw(logits) : draw_against(logits, draft);
   if (params_.logprobs >= 0) r.logprob = static_cast<float>(raw_logit(r.token, logits) - lse);
   return r;
 }
@@ -252,6 +257,24 @@ int32_t Sampler::draw(std::span<const float> logits) {
   for (auto it = candidates_.rbegin(); it != candidates_.rend(); ++it)
     if (it->score > 0) return it->token;
   return candidates_.front().token;
+}
+
+int32_t Sampler::draw_against(std::span<const float> logits, int32_t draft) {
+  const double total = truncated_weights(logits, params_, candidates_);
+  double w = 0;  // the draft's weight: 0 when truncation dropped it
+  for (const auto& c : candidates_)
+    if (c.token == draft) w = c.score;
+  if (uniform() * total < w) return draft;
+  // Rejected: the residual, p without the draft.
+  double u = uniform() * (total - w);
+  for (const auto& c : candidates_) {
+    if (c.token == draft) continue;
+    u -= c.score;
+    if (u < 0) return c.token;
+  }
+  for (auto it = candidates_.rbegin(); it != candidates_.rend(); ++it)
+    if (it->token != draft && it->score > 0) return it->token;
+  return draft;  // the draft held every bit of weight: it was certain
 }
 
 std::vector<std::pair<int32_t, float>> sampling_distribution(std::span<const float> logits,

@@ -62,6 +62,15 @@ class Sampler {
   SampleResult sample(std::span<float> logits, std::span<const int32_t> context,
                       std::span<const int32_t> generated);
 
+  // Verifies a draft token proposed with certainty (a prompt-lookup draft: the
+  // proposal is a point mass), as speculative sampling does (Leviathan et al.):
+  // with p the distribution sample() draws from, the draft is accepted with
+  // probability p(draft); otherwise a token is drawn from p without the draft,
+  // renormalized (max(0, p - q), normalized). The result is the draft exactly
+  // when it was accepted, and is distributed as p either way. Greedy: the argmax.
+  SampleResult verify(std::span<float> logits, std::span<const int32_t> context, std::span<const int32_t> generated,
+                      int32_t draft);
+
   const SamplingParams& params() const { return params_; }
 
  private:
@@ -69,6 +78,7 @@ class Sampler {
                        std::span<const int32_t> generated);
   float raw_logit(int32_t token, std::span<const float> logits) const;
   int32_t draw(std::span<const float> logits);
+  int32_t draw_against(std::span<const float> logits, int32_t draft);
   double uniform();  // [0, 1)
 
   SamplingParams params_;

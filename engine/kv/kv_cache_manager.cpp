@@ -85,6 +85,18 @@ void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> token
   }
 }
 
+void KvCacheManager::trim(SeqId seq, int total_tokens) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  auto& table = it->second.table;
+  const size_t keep = std::max<size_t>(static_cast<size_t>((std::max(total_tokens, 0) + block_size_ - 1) / block_size_),
+                                       static_cast<size_t>(it->second.n_hashed));
+  while (table.size() > keep) {
+    blocks_.release(table.back());
+    table.pop_back();
+  }
+}
+
 void KvCacheManager::free(SeqId seq) {
   auto it = tables_.find(seq);
   if (it == tables_.end()) return;

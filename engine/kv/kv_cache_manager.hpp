@@ -38,6 +38,9 @@ class KvCacheManager {
   // Registers the sequence's full blocks among its first `n_computed` tokens in
   // the prefix cache.
   void cache_full_blocks(SeqId seq, std::span<const int32_t> tokens, int n_computed);
+  // Shrinks the sequence's table to cover `total_tokens` positions: blocks past
+  // them (which held rejected drafts) go back to the pool. Registered blocks stay.
+  void trim(SeqId seq, int total_tokens);
   // Releases every block the sequence holds; a sequence it does not know is a no-op.
   void free(SeqId seq);
   // Forgets every cached prefix (blocks in use stay with their sequences).

@@ -6,7 +6,8 @@
 
 namespace inferd::engine {
 
-Scheduler::Scheduler(SchedulerLimits limits, KvCacheManager& kv) : limits_(limits), kv_(kv) {}
+Scheduler::Scheduler(SchedulerLimits limits, KvCacheManager& kv, Proposer* proposer)
+    : limits_(limits), kv_(kv), proposer_(limits.num_speculative_tokens > 0 ? proposer : nullptr) {}
 
 void Scheduler::add(SeqSpec spec) {
   if (spec.prompt.empty()) throw std::invalid_argument("scheduler: empty prompt");
@@ -36,14 +37,48 @@ Scheduler::SeqView Scheduler::view(SeqId seq) const {
   return {s.tokens, static_cast<int>(s.spec.prompt.size()), s.n_computed, s.cached_tokens, running};
 }
 
-void Scheduler::put(StepPlan& plan, Seq& s, int n) {
+void Scheduler::put(StepPlan& plan, Seq& s, int n, std::vector<int32_t> drafts) {
   ScheduledSeq ss;
   ss.seq = s.spec.id;
   ss.start = s.n_computed;
   ss.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+  ss.tokens.insert(ss.tokens.end(), drafts.begin(), drafts.end());
+  ss.num_drafts = static_cast<int32_t>(drafts.size());
   ss.block_table = kv_.block_table(ss.seq);
   ss.sample = s.n_computed + n == static_cast<int>(s.tokens.size());
   plan.seqs.push_back(std::move(ss));
+}
+
+// The drafts a decoding sequence carries this step: no more than the token
+// budget left after its own token, than it may still generate past this step's
+// token, or than fit before max_model_len (the last fed position stays below
+// max_model_len - 1, as without drafts).
+std::vector<int32_t> Scheduler::drafts_for(const Seq& s, int budget) {
+  if (proposer_ == nullptr || !s.spec.speculate) return {};
+  const int room = std::min({limits_.num_speculative_tokens, budget - 1, s.spec.max_tokens - s.n_generated() - 1,
+                             limits_.max_model_len - static_cast<int>(s.tokens.size()) - 1});
+  if (room <= 0) return {};
+  const DraftRequest req{s.spec.id, s.tokens, room};
+  std::vector<std::vector<int32_t>> drafts;
+  proposer_->propose({&req, 1}, drafts);
+  if (drafts.empty()) return {};
+  if (static_cast<int>(drafts[0].size()) > room) drafts[0].resize(room);
+  return std::move(drafts[0]);
+}
+
+// Drafts are dropped, newest sequence first, until the step's logits rows fit
+// the widest step without drafts (see SchedulerLimits::num_speculative_tokens).
+void Scheduler::fit_logits_rows(StepPlan& plan) {
+  const int most = std::min(limits_.max_num_seqs, limits_.max_num_batched_tokens);
+  int excess = plan.num_logits_rows() - most;
+  for (auto it = plan.seqs.rbegin(); it != plan.seqs.rend() && excess > 0; ++it) {
+    const int cut = std::min(excess, static_cast<int>(it->num_drafts));
+    it->num_drafts -= cut;
+    it->tokens.resize(it->tokens.size() - cut);
+    kv_.trim(it->seq, it->start + static_cast<int>(it->tokens.size()));
+    it->block_table = kv_.block_table(it->seq);
+    excess -= cut;
+  }
 }
 
 void Scheduler::preempt(SeqId victim, StepPlan& plan) {
@@ -85,9 +120,13 @@ StepPlan Scheduler::schedule() {
       const bool decode = s.pending() == 1;
       if ((pass == 0) != decode) continue;
       const int n = std::min(s.pending(), budget);
+      // Drafts never preempt anyone: without free blocks for them, the decode goes alone.
+      std::vector<int32_t> drafts = decode ? drafts_for(s, budget) : std::vector<int32_t>{};
+      const int d = static_cast<int>(drafts.size());
+      if (d > 0 && !kv_.allocate_slots(id, s.n_computed + n + d)) drafts.clear();
       if (make_room(id, s.n_computed + n, plan)) {
-        put(plan, s, n);
-        budget -= n;
+        budget -= n + static_cast<int>(drafts.size());
+        put(plan, s, n, std::move(drafts));
       }
     }
   }
@@ -115,26 +154,40 @@ StepPlan Scheduler::schedule() {
     put(plan, s, n);
     budget -= n;
   }
+  if (proposer_ != nullptr) fit_logits_rows(plan);
   return plan;
 }
 
 std::vector<TokenOutcome> Scheduler::update(const StepPlan& plan, std::span<const SampledToken> sampled) {
   ++counters_.steps;
+  std::vector<SeqId> verified;  // sequences that fed drafts: registered once their accepted tokens are in
   for (const auto& ss : plan.seqs) {
     auto it = seqs_.find(ss.seq);
     if (it == seqs_.end()) continue;  // ended while the step ran
     Seq& s = it->second;
-    s.n_computed += static_cast<int>(ss.tokens.size());
-    kv_.cache_full_blocks(ss.seq, s.tokens, s.n_computed);
+    if (ss.num_drafts == 0) {
+      s.n_computed += static_cast<int>(ss.tokens.size());
+      kv_.cache_full_blocks(ss.seq, s.tokens, s.n_computed);
+      continue;
+    }
+    // The accepted drafts' K/V stay; positions past them are written again next step.
+    const auto mine = std::count_if(sampled.begin(), sampled.end(), [&](const auto& t) { return t.seq == ss.seq; });
+    const int accepted = std::clamp(static_cast<int>(mine) - 1, 0, static_cast<int>(ss.num_drafts));
+    s.n_computed += static_cast<int>(ss.tokens.size()) - ss.num_drafts + accepted;
+    kv_.trim(ss.seq, s.n_computed);
+    verified.push_back(ss.seq);
   }
   std::vector<TokenOutcome> out;
   out.reserve(sampled.size());
-  for (const auto& t : sampled) {
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const SampledToken& t = sampled[i];
     auto it = seqs_.find(t.seq);
-    if (it == seqs_.end()) continue;
+    if (it == seqs_.end()) continue;  // ended (also: by an earlier token of this step)
     Seq& s = it->second;
     s.tokens.push_back(t.token);
-    TokenOutcome o{t.seq, t.token, FinishReason::None};
+    if (std::find(verified.begin(), verified.end(), t.seq) != verified.end())
+      kv_.cache_full_blocks(t.seq, s.tokens, std::min(s.n_computed, static_cast<int>(s.tokens.size())));
+    TokenOutcome o{t.seq, t.token, FinishReason::None, i};
     const auto& stops = s.spec.stop_tokens;
     if (std::find(stops.begin(), stops.end(), t.token) != stops.end()) o.finish = FinishReason::Stop;
     else if (s.n_generated() >= s.spec.max_tokens || static_cast<int>(s.tokens.size()) >= limits_.max_model_len)

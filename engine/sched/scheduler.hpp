@@ -5,7 +5,10 @@
 // gave them); update() takes the tokens sampled from that step and says which
 // sequences ended. Under block pressure the newest running sequence not yet in
 // the step is preempted: its blocks are freed and it waits, first in line, to be
-// recomputed. Single-threaded: the engine's step loop owns it.
+// recomputed. With a proposer (speculative decoding), a decoding sequence that
+// asks for it also feeds the proposer's drafts after its last token, and
+// update() keeps the K/V of those the engine accepted and gives back the blocks
+// only the rejected ones used. Single-threaded: the engine's step loop owns it.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -15,6 +18,7 @@
 
 #include "engine/kv/kv_cache_manager.hpp"
 #include "engine/sched/step_plan.hpp"
+#include "engine/spec/proposer.hpp"
 
 namespace inferd::engine {
 
@@ -22,6 +26,10 @@ struct SchedulerLimits {
   int max_num_seqs = 16;
   int max_num_batched_tokens = 512;
   int max_model_len = 2048;  // a sequence that reaches it ends with Length
+  // Drafts a decode may carry (with a proposer). A step's logits rows (sampled
+  // sequences plus drafts) stay within min(max_num_seqs, max_num_batched_tokens),
+  // the widest a step without drafts has, so speculation adds no shape to warm up.
+  int num_speculative_tokens = 0;
 };
 
 // What the scheduler needs to know of a request.
@@ -31,6 +39,7 @@ struct SeqSpec {
   int max_tokens = 16;
   std::vector<int32_t> stop_tokens;  // sampling one ends the sequence with Stop
   bool priority = false;             // queued ahead of everything waiting
+  bool speculate = false;            // decode steps may carry drafts (with a proposer)
 };
 
 struct SchedulerCounters {
@@ -42,7 +51,8 @@ struct SchedulerCounters {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerLimits limits, KvCacheManager& kv);
+  // `proposer` (may be null: no drafts) must outlive the scheduler.
+  Scheduler(SchedulerLimits limits, KvCacheManager& kv, Proposer* proposer = nullptr);
 
   void add(SeqSpec spec);
   // Ends a sequence (cancelled, failed, a stop string matched): frees its blocks
@@ -51,7 +61,10 @@ class Scheduler {
   StepPlan schedule();
   // The plan's scheduled tokens are in the cache now; `sampled` has one token per
   // sequence the plan asked to sample (a step cut short passes none, and then
-  // nothing counts as computed).
+  // nothing counts as computed). A sequence with drafts has 1 to 1 + num_drafts
+  // tokens there, in order: the drafts the caller accepted (equal to them), then
+  // the target's own token; the K/V of the rejected drafts are dropped (blocks
+  // they alone used go back to the pool; they never enter the prefix cache).
   std::vector<TokenOutcome> update(const StepPlan& plan, std::span<const SampledToken> sampled);
   // Removes every sequence, frees its blocks and forgets the prefix cache;
   // returns their ids, running ones first.
@@ -84,10 +97,13 @@ class Scheduler {
   };
   bool make_room(SeqId seq, int total_tokens, StepPlan& plan);
   void preempt(SeqId victim, StepPlan& plan);
-  void put(StepPlan& plan, Seq& s, int n);
+  void put(StepPlan& plan, Seq& s, int n, std::vector<int32_t> drafts = {});
+  std::vector<int32_t> drafts_for(const Seq& s, int budget);
+  void fit_logits_rows(StepPlan& plan);
 
   SchedulerLimits limits_;
   KvCacheManager& kv_;
+  Proposer* proposer_;
   std::unordered_map<SeqId, Seq> seqs_;
   std::vector<SeqId> running_;  // oldest first
   std::deque<SeqId> waiting_;

@@ -21,6 +21,12 @@ int StepPlan::num_tokens() const {
   return n;
 }
 
+int StepPlan::num_logits_rows() const {
+  int n = 0;
+  for (const auto& s : seqs) n += s.logits_rows();
+  return n;
+}
+
 uint64_t StepPlan::work() const {
   uint64_t w = 0;
   for (const auto& s : seqs) w += s.tokens.size() * (static_cast<uint64_t>(s.start) + s.tokens.size());

@@ -390,6 +390,48 @@ target = "journald"
     CHECK(usage().find("--[no-]enforce-eager") != std::string::npos);
   }
 
+  TEST_CASE("config: [engine] speculative_config and --speculative-config, as vLLM's JSON; only ngram") {
+    CHECK(Config{}.engine.speculative.num_speculative_tokens == 0);
+    CHECK(!engine_options(Config{}).speculative);
+    const Config c = load_config(cmdline(
+        {"--speculative-config",
+         R"({"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":2})"}));
+    CHECK(c.engine.speculative == SpeculativeConfig{"ngram", 5, 2, 4});
+    const auto o = engine_options(c).speculative;
+    REQUIRE(o);
+    CHECK(o->num_speculative_tokens == 5);
+    CHECK(o->prompt_lookup_min == 2);
+    CHECK(o->prompt_lookup_max == 4);
+    // TOML: a string holding the same JSON; an unset bound takes the other's value, 5 when both are unset.
+    CHECK(parse_config_toml("[engine]\nspeculative_config = '{\"method\":\"ngram\",\"num_speculative_tokens\":3,"
+                            "\"prompt_lookup_max\":3}'\n",
+                            "x.toml")
+              .engine.speculative == SpeculativeConfig{"ngram", 3, 3, 3});
+    CHECK(parse_config_toml("[engine]\nspeculative_config = '{\"method\":\"ngram\",\"num_speculative_tokens\":2}'\n",
+                            "x.toml")
+              .engine.speculative == SpeculativeConfig{"ngram", 2, 5, 5});
+    CHECK(parse_config_toml("[engine]\nspeculative_config = \"\"\n", "x.toml").engine.speculative ==
+          SpeculativeConfig{});
+    CHECK(config_error("[engine]\nspeculative_config = '{\"method\":\"medusa\",\"num_speculative_tokens\":2}'\n") ==
+          "x.toml:2: [engine] speculative_config: method \"medusa\" is not supported; the supported method is "
+          "\"ngram\" (prompt lookup)");
+    CHECK(flag_error({"--speculative-config", R"({"num_speculative_tokens":2})"}) ==
+          R"(--speculative-config: "method" must be given as a string; the supported method is "ngram")");
+    CHECK(flag_error({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":2.5})"}) ==
+          R"(--speculative-config: "num_speculative_tokens" must be an integer from 1 to 32, got 2.5E0)");
+    CHECK(flag_error({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":3,)"
+                                              R"("prompt_lookup_max":2})"}) ==
+          R"(--speculative-config: "prompt_lookup_max" (2) must be at least "prompt_lookup_min" (3))");
+    CHECK(flag_error({"--speculative-config", "{"}).starts_with("--speculative-config: must be a JSON object"));
+    // A group's workers do not carry drafts yet (a build without Gloo refuses the group first).
+    if (INFERD_HAVE_GLOO)
+      CHECK(flag_error({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":2})",
+                        "--tensor-parallel-size", "2", "--nnodes", "2"}) ==
+            "--speculative-config: speculative decoding is not supported with tensor_parallel_size > 1 "
+            "(--tensor-parallel-size is 2)");
+    CHECK(usage().find("--speculative-config TEXT") != std::string::npos);
+  }
+
   TEST_CASE("config: [engine] load_timeout_s and --load-timeout; 0 scales with the model file's size") {
     CHECK(parse_config_toml("[engine]\nload_timeout_s = 90\n", "x.toml").engine.load_timeout_s == 90.0);
     CHECK(load_config(cmdline({"--load-timeout", "2.5"})).engine.load_timeout_s == 2.5);

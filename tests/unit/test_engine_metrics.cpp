@@ -64,3 +64,24 @@ TEST_CASE("engine metrics: vLLM names, model_name label, scrape-time values") {
   CHECK(has_line(text, R"(vllm:request_success_total{model_name="smol",finished_reason="length"} 1)"));
   CHECK(has_line(text, R"(vllm:request_success_total{model_name="smol",finished_reason="abort"} 1)"));
 }
+
+TEST_CASE("engine metrics: speculative decoding counters under vLLM's names, only when it is configured") {
+  Metrics metrics;
+  std::optional<EngineStats> stats = EngineStats{};
+  EngineMetrics em(metrics, "smol", [&] { return stats; });
+  std::string text = metrics.render();
+  CHECK(text.find("vllm:spec_decode_num_drafts_total{") == std::string::npos);
+  CHECK(text.find("vllm:spec_decode_num_accepted_tokens_per_pos_total{") == std::string::npos);
+
+  stats->spec_drafts = 10;
+  stats->spec_draft_tokens = 30;
+  stats->spec_accepted_tokens = 12;
+  stats->spec_accepted_per_pos = {7, 4, 1};
+  text = metrics.render();
+  CHECK(has_line(text, R"(vllm:spec_decode_num_drafts_total{model_name="smol"} 10)"));
+  CHECK(has_line(text, R"(vllm:spec_decode_num_draft_tokens_total{model_name="smol"} 30)"));
+  CHECK(has_line(text, R"(vllm:spec_decode_num_accepted_tokens_total{model_name="smol"} 12)"));
+  CHECK(has_line(text, R"(vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="smol",position="0"} 7)"));
+  CHECK(has_line(text, R"(vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="smol",position="2"} 1)"));
+  CHECK(text.find("# TYPE vllm:spec_decode_num_drafts_total counter") != std::string::npos);
+}

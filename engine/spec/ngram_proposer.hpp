@@ -1,0 +1,29 @@
+// Prompt lookup (n-gram) proposer, as vLLM's "ngram" method: the drafts are the
+// tokens that followed the most recent earlier occurrence of the sequence's last
+// n tokens in its own prompt and output, trying n from prompt_lookup_max down to
+// prompt_lookup_min. No model: it pays off on output that repeats its context
+// (code edits, quoting, counting, structured data).
+#pragma once
+#include "engine/spec/proposer.hpp"
+
+namespace inferd::engine {
+
+struct NgramOptions {
+  int num_speculative_tokens = 5;  // drafts per sequence at most
+  int prompt_lookup_min = 1;
+  int prompt_lookup_max = 4;
+};
+
+class NgramProposer final : public Proposer {
+ public:
+  explicit NgramProposer(NgramOptions opts);  // throws std::invalid_argument on bad options
+  void propose(std::span<const DraftRequest> reqs, std::vector<std::vector<int32_t>>& drafts) override;
+
+  // The drafts for one sequence's tokens, at most `k`.
+  std::vector<int32_t> lookup(std::span<const int32_t> tokens, int k) const;
+
+ private:
+  NgramOptions opts_;
+};
+
+}  // namespace inferd::engine

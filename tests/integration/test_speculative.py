@@ -1,0 +1,111 @@
+"""Speculative decoding (--speculative-config, prompt lookup): greedy completions
+from a daemon with it equal those from one without, token for token, one at a
+time and several at once; sampled ones speculate too; its vLLM counters in
+/metrics are consistent; the warm-up still covers every shape its traffic
+reaches; bad settings are refused."""
+import concurrent.futures
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import INFERD, default_model, metric
+
+SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2})
+
+PROMPTS = [
+    "Count from 1 to 100: 1, 2, 3, 4,",
+    "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The",
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
+    "Write a short poem about the sea.",
+]
+
+
+def spec_metrics(d):
+    """The speculative counters: drafts, draft tokens, accepted tokens, accepted per position."""
+    per_pos = {}
+    for line in d.get("/metrics").text.splitlines():
+        m = re.match(r'vllm:spec_decode_num_accepted_tokens_per_pos_total\{.*position="(\d+)".*\} (\S+)$', line)
+        if m:
+            per_pos[int(m.group(1))] = float(m.group(2))
+    return (metric_any(d, "vllm:spec_decode_num_drafts_total"), metric_any(d, "vllm:spec_decode_num_draft_tokens_total"),
+            metric_any(d, "vllm:spec_decode_num_accepted_tokens_total"), [per_pos[i] for i in sorted(per_pos)])
+
+
+def metric_any(d, name):
+    for line in d.get("/metrics").text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def complete(d, prompt, max_tokens=60):
+    r = d.post("/v1/completions", json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                                        "ignore_eos": True}, timeout=300)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["usage"]["completion_tokens"] == max_tokens
+    return body["choices"][0]["text"]
+
+
+def test_same_completions_with_and_without_speculation(start_daemon):
+    plain = start_daemon(["--model", default_model(), "--no-warmup"])
+    want = [complete(plain, p) for p in PROMPTS]
+    assert metric_any(plain, "vllm:spec_decode_num_drafts_total") is None  # absent without speculation
+
+    d = start_daemon(["--model", default_model(), "--speculative-config", SPEC], timeout=300)
+    assert metric(d, "inferd_warmup_keys_covered") == metric(d, "inferd_warmup_keys_total")
+    drafts0, draft_tokens0, accepted0, _ = spec_metrics(d)
+
+    # One at a time: the counting prompt alone must have drafts accepted.
+    got = [complete(d, PROMPTS[0])]
+    drafts, draft_tokens, accepted, per_pos = spec_metrics(d)
+    assert drafts > drafts0 and accepted > accepted0, (drafts, accepted)
+    got += [complete(d, p) for p in PROMPTS[1:]]
+    assert got == want
+
+    # Several in one batch.
+    with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        assert list(ex.map(lambda p: complete(d, p), PROMPTS)) == want
+
+    # Sampled requests speculate too (speculative sampling): same length, streamed or not.
+    before = spec_metrics(d)[0]
+    for seed in range(2):
+        r = d.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 40, "temperature": 0.5, "seed": seed,
+                                            "ignore_eos": True}, timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 40
+    assert spec_metrics(d)[0] > before
+
+    drafts, draft_tokens, accepted, per_pos = spec_metrics(d)
+    assert 0 < accepted <= draft_tokens
+    assert drafts <= draft_tokens <= 5 * drafts
+    assert len(per_pos) == 5 and sum(per_pos) == accepted
+    assert all(per_pos[i + 1] <= per_pos[i] for i in range(4)), per_pos
+    assert metric(d, "inferd_cold_shapes_total") == 0, [l for l in d.output().splitlines() if "cold shape" in l]
+
+
+def run_inferd(args):
+    return subprocess.run([str(INFERD)] + args, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("value,message", [
+    ('{"method":"eagle","num_speculative_tokens":3}', 'method "eagle" is not supported'),
+    ('{"method":"ngram"}', '"num_speculative_tokens" is required'),
+    ('{"method":"ngram","num_speculative_tokens":0}', '"num_speculative_tokens" must be an integer from 1 to 32'),
+    ('{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":4,"prompt_lookup_max":2}',
+     '"prompt_lookup_max" (2) must be at least "prompt_lookup_min" (4)'),
+    ('{"method":"ngram","num_speculative_tokens":3,"draft_model":"x"}', 'unknown field "draft_model"'),
+    ("ngram", "must be a JSON object"),
+])
+def test_bad_speculative_config_is_refused_naming_the_flag(value, message):
+    r = run_inferd(["--speculative-config", value])
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("inferd: --speculative-config: ") and message in r.stderr, r.stderr
+
+
+def test_speculation_with_tensor_parallelism_is_refused():
+    r = run_inferd(["--speculative-config", SPEC, "--tensor-parallel-size", "2", "--nnodes", "2"])
+    assert r.returncode == 2, r.stderr
+    assert "--speculative-config: speculative decoding is not supported with tensor_parallel_size > 1" in r.stderr
