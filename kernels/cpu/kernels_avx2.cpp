@@ -70,13 +70,13 @@ void quantize_act(DType weight, const float* x, int64_t n, ActTile* tiles, int s
     ActTile& a = tiles[b];
     a.d[slot] = round_to_half(d);
     a.c[slot] = 0;
-    if (weight != DType::Q8_0) {
+    if (weight != DType::Q8_0 && weight != DType::Q6_K) {
       const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
       __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
       s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-      const float sum = static_cast<float>(_mm_cvtsi128_si32(s4));
-      a.c[slot] = weight == DType::Q4_1 ? round_to_half(d * sum) : -8.0f * a.d[slot] * sum;
+      a.c[slot] = act_correction(weight, d, a.d[slot], _mm_cvtsi128_si32(s4));
+      if (act_correction_is_half(weight)) a.c[slot] = round_to_half(a.c[slot]);
     }
     // int32 -> int8 packing works per 128-bit lane; the permute restores the order.
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
@@ -338,7 +338,8 @@ void matmul_quant(const WeightView& w, const ActTile* xq, int64_t n_tokens, floa
   switch (w.type) {
     case DType::Q4_0: return quant_matmul_typed<Q4_0W>(w, xq, n_tokens, y, ldy, r0, r1);
     case DType::Q4_1: return quant_matmul_typed<Q4_1W>(w, xq, n_tokens, y, ldy, r0, r1);
-    default: return quant_matmul_typed<Q8_0W>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q8_0: return quant_matmul_typed<Q8_0W>(w, xq, n_tokens, y, ldy, r0, r1);
+    default: return kScalarKernels.matmul_quant(w, xq, n_tokens, y, ldy, r0, r1);  // types not ported here
   }
 }
 

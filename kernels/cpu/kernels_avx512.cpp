@@ -256,7 +256,8 @@ void matmul_quant(const WeightView& w, const ActTile* xq, int64_t n_tokens, floa
   switch (w.type) {
     case DType::Q4_0: return quant_matmul_typed<Q4_0A>(w, xq, n_tokens, y, ldy, r0, r1);
     case DType::Q4_1: return quant_matmul_typed<Q4_1A>(w, xq, n_tokens, y, ldy, r0, r1);
-    default: return quant_matmul_typed<Q8_0A>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q8_0: return quant_matmul_typed<Q8_0A>(w, xq, n_tokens, y, ldy, r0, r1);
+    default: return kScalarKernels.matmul_quant(w, xq, n_tokens, y, ldy, r0, r1);  // types not ported here
   }
 }
 
