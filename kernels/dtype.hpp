@@ -13,8 +13,13 @@ enum class DType : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
   Q8_1 = 9,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
   BF16 = 30,
 };
 
@@ -29,5 +34,7 @@ std::optional<DType> dtype_from_id(uint32_t id);
 const DTypeTraits& traits(DType t);
 // Bytes of a row of n elements; n must be a multiple of the block size.
 size_t row_bytes(DType t, int64_t n);
+// The block types the quantized matmul (int8 activations) takes.
+bool is_block_quantized(DType t);
 
 }  // namespace inferd::kernels

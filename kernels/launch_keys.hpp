@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "kernels/backend.hpp"
 
@@ -23,6 +24,15 @@ inline const char* by_type(DType t, const char* what, const char* f32, const cha
     case DType::Q4_0: return q4_0;
     case DType::Q4_1: return q4_1;
     case DType::Q8_0: return q8_0;
+    default: break;
+  }
+  // The types with no key of their own in the callers' lists.
+  switch (t) {
+    case DType::Q5_0: return std::string_view(what) == "matmul" ? "matmul.q5_0" : "get_rows.q5_0";
+    case DType::Q5_1: return std::string_view(what) == "matmul" ? "matmul.q5_1" : "get_rows.q5_1";
+    case DType::Q4_K: return std::string_view(what) == "matmul" ? "matmul.q4_k" : "get_rows.q4_k";
+    case DType::Q5_K: return std::string_view(what) == "matmul" ? "matmul.q5_k" : "get_rows.q5_k";
+    case DType::Q6_K: return std::string_view(what) == "matmul" ? "matmul.q6_k" : "get_rows.q6_k";
     default: break;
   }
   throw std::invalid_argument(std::string(what) + ": unsupported type " + std::string(traits(t).name));

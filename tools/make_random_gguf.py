@@ -8,8 +8,16 @@ depend on the values.
 
   python3 tools/make_random_gguf.py --donor SMALL.gguf --shape 1b --type q4_0 OUT.gguf
 
-Shapes: 1b (Llama-3.2-1B-like: dim 2048, 16 layers, 32/8 heads, ffn 8192) and
-8b (Llama-3-8B-like: dim 4096, 32 layers, 32/8 heads, ffn 14336).
+Shapes: 1b (Llama-3.2-1B-like: dim 2048, 16 layers, 32/8 heads, ffn 8192),
+8b (Llama-3-8B-like: dim 4096, 32 layers, 32/8 heads, ffn 14336) and tiny (dim
+256, 2 layers, 4/2 heads, ffn 384: a test model of a few MB).
+
+Types: q4_0, q8_0, f16, q5_0, q5_1 (quantized by gguf.quants); q4_k, q5_k, q6_k
+(gguf cannot quantize these: blocks of random bytes with small f16 scales, which
+are valid blocks); q4_k_m, like llama-quantize's mix: q6_k for the embeddings,
+output and attn_v, q4_k elsewhere, and where a row is not a whole number of 256
+the fallback llama-quantize takes (q4_k -> q5_0, q6_k -> q8_0): with the tiny
+shape, ffn_down (rows of 384) is q5_0.
 Needs the `gguf` package from PyPI and numpy.
 """
 import argparse
@@ -23,9 +31,24 @@ from truncate_gguf import copy_field, finish
 SHAPES = {
     "1b": dict(dim=2048, layers=16, heads=32, kv_heads=8, ffn=8192),
     "8b": dict(dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336),
+    "tiny": dict(dim=256, layers=2, heads=4, kv_heads=2, ffn=384),
 }
-TYPES = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0,
-         "f16": gguf.GGMLQuantizationType.F16}
+Q = gguf.GGMLQuantizationType
+TYPES = {"q4_0": Q.Q4_0, "q8_0": Q.Q8_0, "f16": Q.F16, "q5_0": Q.Q5_0, "q5_1": Q.Q5_1, "q4_k": Q.Q4_K,
+         "q5_k": Q.Q5_K, "q6_k": Q.Q6_K, "q4_k_m": None}
+# Bytes per 256-element block, and the byte offsets of its f16 scales.
+K_BLOCKS = {Q.Q4_K: (144, [0, 2]), Q.Q5_K: (176, [0, 2]), Q.Q6_K: (210, [208])}
+FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+MIX_Q6 = ("token_embd", "output", "attn_v")
+
+
+def random_k_blocks(rng, rows: int, cols: int, qtype) -> np.ndarray:
+    size, scales = K_BLOCKS[qtype]
+    blocks = rng.integers(0, 256, size=(rows * cols // 256, size), dtype=np.uint8)
+    for off in scales:  # small, so that activations stay finite through the layers
+        blocks[:, off:off + 2] = (rng.uniform(0.2, 1.0, blocks.shape[0]) / (16 * np.sqrt(cols))).astype(
+            np.float16).view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(rows, -1)
 
 
 def main() -> int:
@@ -37,7 +60,6 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     s = SHAPES[a.shape]
-    qtype = TYPES[a.type]
     rng = np.random.default_rng(a.seed)
 
     donor = gguf.GGUFReader(a.donor)
@@ -56,20 +78,30 @@ def main() -> int:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(500000.0)
 
-    def weight(rows: int, cols: int) -> np.ndarray:
-        x = rng.standard_normal((rows, cols), dtype=np.float32) * (1.0 / np.sqrt(cols))
-        return x.astype(np.float16) if qtype == gguf.GGMLQuantizationType.F16 else gguf.quants.quantize(x, qtype)
+    def qtype_of(name: str, cols: int):
+        t = TYPES[a.type] if a.type != "q4_k_m" else (Q.Q6_K if name.startswith(MIX_Q6) else Q.Q4_K)
+        return FALLBACK[t] if t in FALLBACK and cols % 256 != 0 else t
 
-    def put(name: str, data: np.ndarray) -> None:
-        w.add_tensor(name, data, raw_dtype=qtype if data.dtype != np.float32 else None)
+    def weight(name: str, rows: int, cols: int):
+        qtype = qtype_of(name, cols)
+        if qtype in K_BLOCKS:
+            return random_k_blocks(rng, rows, cols, qtype), qtype
+        x = rng.standard_normal((rows, cols), dtype=np.float32) * (1.0 / np.sqrt(cols))
+        return (x.astype(np.float16) if qtype == Q.F16 else gguf.quants.quantize(x, qtype)), qtype
+
+    def put(name: str, data) -> None:
+        if isinstance(data, tuple):
+            w.add_tensor(name, data[0], raw_dtype=data[1])
+        else:
+            w.add_tensor(name, data)
 
     d, dkv, f = s["dim"], s["dim"] // s["heads"] * s["kv_heads"], s["ffn"]
-    put("token_embd.weight", weight(vocab, d))
+    put("token_embd.weight", weight("token_embd", vocab, d))
     put("output_norm.weight", np.ones(d, dtype=np.float32))
-    put("output.weight", weight(vocab, d))
-    layer = {"attn_q": weight(d, d), "attn_k": weight(dkv, d), "attn_v": weight(dkv, d),
-             "attn_output": weight(d, d), "ffn_gate": weight(f, d), "ffn_up": weight(f, d),
-             "ffn_down": weight(d, f)}
+    put("output.weight", weight("output", vocab, d))
+    shapes = {"attn_q": (d, d), "attn_k": (dkv, d), "attn_v": (dkv, d), "attn_output": (d, d),
+              "ffn_gate": (f, d), "ffn_up": (f, d), "ffn_down": (d, f)}
+    layer = {k: weight(k, *v) for k, v in shapes.items()}
     for i in range(s["layers"]):
         put(f"blk.{i}.attn_norm.weight", np.ones(d, dtype=np.float32))
         put(f"blk.{i}.ffn_norm.weight", np.ones(d, dtype=np.float32))

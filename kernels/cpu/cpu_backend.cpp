@@ -100,7 +100,7 @@ const KernelTable* avx512_kernels() {
 
 namespace {
 
-bool is_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool is_quantized(DType t) { return is_block_quantized(t); }
 
 // Each thread gets several row chunks so that uneven progress evens out.
 constexpr int kChunksPerThread = 4;

@@ -18,13 +18,31 @@ namespace inferd::kernels::cpu {
 // A block's value is d * q. `c` is the weight type's correction, added as
 // k_w * c once per block (k_w = the weight block's m for Q4_1, its d for Q4_0):
 // for Q4_1 c = s = d * sum(q) rounded to f16 (Q8_1's s); for Q4_0, whose
-// nibbles are used unsigned, c = -8 * d * sum(q) undoes their offset of 8.
+// nibbles are used unsigned, c = -8 * d * sum(q) undoes their offset of 8 (Q5_0:
+// -16 * d * sum(q)); Q5_1 as Q4_1. The k-quants Q4_K / Q5_K read each sub-block of
+// 32 as one block (k_w = dmin * m, c = -d * sum(q)); Q6_K and Q8_0 need no c.
 inline constexpr int kActTileTokens = 4;
 struct ActTile {
   float d[kActTileTokens];  // f16-rounded scales, as the reference stores them
   float c[kActTileTokens];
   int8_t q[kActTileTokens][32];
 };
+
+// c of an activation block for `weight` (see ActTile), from its scale d unrounded
+// and dr rounded to f16. For Q4_1 / Q5_1 the caller rounds the result to f16.
+inline bool act_correction_is_half(DType weight) { return weight == DType::Q4_1 || weight == DType::Q5_1; }
+inline float act_correction(DType weight, float d, float dr, int sum) {
+  const float s = static_cast<float>(sum);
+  switch (weight) {
+    case DType::Q4_1:
+    case DType::Q5_1: return d * s;
+    case DType::Q4_0: return -8.0f * dr * s;
+    case DType::Q5_0: return -16.0f * dr * s;
+    case DType::Q4_K:
+    case DType::Q5_K: return -(dr * s);
+    default: return 0;
+  }
+}
 
 struct KernelTable {
   const char* isa;  // "scalar", "avx2", "avx512"

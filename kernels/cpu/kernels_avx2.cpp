@@ -70,13 +70,13 @@ void quantize_act(DType weight, const float* x, int64_t n, ActTile* tiles, int s
     ActTile& a = tiles[b];
     a.d[slot] = round_to_half(d);
     a.c[slot] = 0;
-    if (weight != DType::Q8_0) {
+    if (weight != DType::Q8_0 && weight != DType::Q6_K) {
       const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
       __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
       s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-      const float sum = static_cast<float>(_mm_cvtsi128_si32(s4));
-      a.c[slot] = weight == DType::Q4_1 ? round_to_half(d * sum) : -8.0f * a.d[slot] * sum;
+      a.c[slot] = act_correction(weight, d, a.d[slot], _mm_cvtsi128_si32(s4));
+      if (act_correction_is_half(weight)) a.c[slot] = round_to_half(a.c[slot]);
     }
     // int32 -> int8 packing works per 128-bit lane; the permute restores the order.
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
@@ -98,8 +98,22 @@ inline __m256i dot_u8_i8(__m256i u, __m256i s) {
 }
 
 // Per weight type: the block, its registers, and the block's integer dot with an
-// activation block. has_k: the block adds k_w * c (see ActTile).
-struct Q4_0W {
+// activation block. has_k: the block adds k_w * c (see ActTile). load_at and
+// scales_at take block b (of 32 elements) of a row; `nibbles`: the two-row
+// matvec of the 4-bit legacy types applies.
+template <class Self>
+struct At {
+  static constexpr bool nibbles = false;
+  static auto load_at(const uint8_t* row, int64_t b) {
+    return Self::load(reinterpret_cast<const typename Self::Block*>(row) + b);
+  }
+  static __m128 scales_at(const uint8_t* row, int64_t b) {
+    return Self::scales(reinterpret_cast<const typename Self::Block*>(row) + b);
+  }
+};
+
+struct Q4_0W : At<Q4_0W> {
+  static constexpr bool nibbles = true;
   using Block = BlockQ4_0;
   static constexpr bool has_k = true;
   struct Reg {
@@ -121,7 +135,8 @@ struct Q4_0W {
   }
 };
 
-struct Q4_1W {
+struct Q4_1W : At<Q4_1W> {
+  static constexpr bool nibbles = true;
   using Block = BlockQ4_1;
   static constexpr bool has_k = true;
   struct Reg {
@@ -144,7 +159,7 @@ struct Q4_1W {
   }
 };
 
-struct Q8_0W {
+struct Q8_0W : At<Q8_0W> {
   using Block = BlockQ8_0;
   static constexpr bool has_k = false;
   struct Reg {
@@ -157,6 +172,113 @@ struct Q8_0W {
   // maddubs wants one unsigned operand: |w| times a with w's sign.
   static __m256i dot(const Reg& w, __m256i a) { return dot_u8_i8(_mm256_sign_epi8(w.q, w.q), _mm256_sign_epi8(a, w.q)); }
   static __m128 scales(const Block* b) { return _mm_cvtph_ps(_mm_cvtsi32_si128(b->d)); }
+};
+
+// 32 bytes of 0x10 where bit i of the 32 bits at p is set: byte i takes byte
+// i / 8 of the word, ORed with all bits but i % 8, and is all ones iff bit i was.
+inline __m256i bit4_from_bits(const uint8_t* p) {
+  int x;
+  __builtin_memcpy(&x, p, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  const __m256i bytes = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(x), shuf),
+                                        _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+// Q5_0 / Q5_1: Q4_0 / Q4_1 with bit 4 from qh.
+struct Q5_0W : At<Q5_0W> {
+  using Block = BlockQ5_0;
+  static constexpr bool has_k = true;
+  struct Reg {
+    __m256i q;
+    float d, k;
+  };
+  static Reg load(const Block* b) {
+    const float d = half_to_float(b->d);
+    return {_mm256_or_si256(unpack_nibbles(b->qs), bit4_from_bits(b->qh)), d, d};
+  }
+  static __m256i dot(const Reg& w, __m256i a) { return dot_u8_i8(w.q, a); }
+  static __m128 scales(const Block* b) { return _mm_cvtph_ps(_mm_set1_epi16(static_cast<short>(b->d))); }
+};
+
+struct Q5_1W : At<Q5_1W> {
+  using Block = BlockQ5_1;
+  static constexpr bool has_k = true;
+  struct Reg {
+    __m256i q;
+    float d, k;
+  };
+  static Reg load(const Block* b) {
+    return {_mm256_or_si256(unpack_nibbles(b->qs), bit4_from_bits(b->qh)), half_to_float(b->d), half_to_float(b->m)};
+  }
+  static __m256i dot(const Reg& w, __m256i a) { return dot_u8_i8(w.q, a); }
+  static __m128 scales(const Block* b) {
+    int dm;
+    __builtin_memcpy(&dm, b, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
+  }
+};
+
+// Q4_K / Q5_K: block b is sub-block b % 8 of super-block b / 8, with scale
+// d * sc and correction factor dmin * m.
+template <bool kFive>
+struct QKW {
+  static constexpr bool nibbles = false, has_k = true;
+  static constexpr int kBlock = kFive ? 176 : 144, kQs = kFive ? 48 : 16;
+  struct Reg {
+    __m256i q;
+    float d, k;
+  };
+  static __m128 scales_at(const uint8_t* row, int64_t b) {
+    const auto* h = reinterpret_cast<const BlockQ4_K*>(row + (b / 8) * kBlock);
+    int sc, m;
+    k_scale_min(h->scales, static_cast<int>(b % 8), sc, m);
+    return _mm_setr_ps(half_to_float(h->d) * static_cast<float>(sc), half_to_float(h->dmin) * static_cast<float>(m),
+                       0, 0);
+  }
+  static Reg load_at(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + (b / 8) * kBlock;
+    const int j = static_cast<int>(b % 8);
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * (j / 2)));
+    __m256i q = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(raw, 4) : raw, _mm256_set1_epi8(0x0f));
+    if constexpr (kFive) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), _mm256_set1_epi8(1)), 4));
+    }
+    const __m128 dk = scales_at(row, b);
+    return {q, _mm_cvtss_f32(dk), _mm_cvtss_f32(_mm_movehdup_ps(dk))};
+  }
+  static __m256i dot(const Reg& w, __m256i a) { return dot_u8_i8(w.q, a); }
+};
+using Q4_KW = QKW<false>;
+using Q5_KW = QKW<true>;
+
+// Q6_K: block b = 4n + k of super-block b / 8; its values q - 32 as signed bytes,
+// and its two scales of 16 applied in the integer dot (pairs summed by
+// maddubs, then weighted by madd), so the block's scale is d alone.
+struct Q6_KW {
+  static constexpr bool nibbles = false, has_k = false;
+  struct Reg {
+    __m256i q, sc;
+    float d, k;
+  };
+  static __m128 scales_at(const uint8_t* row, int64_t b) {
+    return _mm_setr_ps(half_to_float(reinterpret_cast<const BlockQ6_K*>(row + (b / 8) * 210)->d), 0, 0, 0);
+  }
+  static Reg load_at(const uint8_t* row, int64_t b) {
+    const auto* blk = reinterpret_cast<const BlockQ6_K*>(row + (b / 8) * 210);
+    const int j = static_cast<int>(b % 8), n = j / 4, k = j % 4;
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->ql + 64 * n + 32 * (k % 2)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * n));
+    const __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0f));
+    const __m256i hi = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k), 4), _mm256_set1_epi8(0x30));
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+    const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(blk->scales[2 * j + 1]), _mm_set1_epi16(blk->scales[2 * j]));
+    return {q, sc, half_to_float(blk->d), 0.0f};
+  }
+  static __m256i dot(const Reg& w, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w.q, w.q), _mm256_sign_epi8(a, w.q)), w.sc);
+  }
 };
 
 // R weight rows x T tokens: each weight block is loaded once for T tokens and
@@ -177,7 +299,7 @@ void quant_tile(const uint8_t* rows, size_t stride, const ActTile* x, int64_t nb
     typename W::Reg w[R];
     alignas(16) float scale[R][4];
     for (int r = 0; r < R; ++r) {
-      w[r] = W::load(reinterpret_cast<const typename W::Block*>(rows + r * stride) + b);
+      w[r] = W::load_at(rows + r * stride, b);
       _mm_store_ps(scale[r], _mm_mul_ps(_mm_set1_ps(w[r].d), ad));
       if constexpr (W::has_k) corr[r] = _mm_fmadd_ps(_mm_set1_ps(w[r].k), _mm_loadu_ps(a.c), corr[r]);
     }
@@ -209,9 +331,9 @@ void matvec_tile(const uint8_t* rows, size_t stride, const ActTile* x, int64_t n
     const __m256i aq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q[0]));
     const __m128 adc = _mm_unpacklo_ps(_mm_load_ss(&a.d[0]), _mm_load_ss(&a.c[0]));
     for (int r = 0; r < R; ++r) {
-      const auto* blk = reinterpret_cast<const typename W::Block*>(rows + r * stride) + b;
-      const __m128 sc = _mm_mul_ps(W::scales(blk), adc);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(W::dot(W::load(blk), aq)), _mm256_broadcastss_ps(sc), acc[r]);
+      const uint8_t* row = rows + r * stride;
+      const __m128 sc = _mm_mul_ps(W::scales_at(row, b), adc);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(W::dot(W::load_at(row, b), aq)), _mm256_broadcastss_ps(sc), acc[r]);
       if constexpr (W::has_k) corr[r] = _mm_add_ps(corr[r], sc);
     }
   }
@@ -303,14 +425,14 @@ void quant_matmul_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens
   const int64_t nb = w.cols / kQuantBlock;
   const auto* base = static_cast<const uint8_t*>(w.data);
   if (n_tokens == 1) {
-    constexpr int rows = W::has_k ? kMatvecRowsNibbles : kMatvecRows;
+    constexpr int rows = W::nibbles ? kMatvecRowsNibbles : kMatvecRows;
     const size_t tile_bytes = rows * w.row_stride;
     int64_t r = r0;
     for (; r + rows <= r1; r += rows) {
       const uint8_t* tile = base + r * w.row_stride;
       for (size_t off = 0; off < tile_bytes; off += 64)
         _mm_prefetch(reinterpret_cast<const char*>(tile + tile_bytes + kPrefetchBytes + off), _MM_HINT_T0);
-      if constexpr (W::has_k)  // the 4-bit types
+      if constexpr (W::nibbles)  // the 4-bit legacy types
         matvec_nibbles_tile<W, rows / 2>(tile, w.row_stride, xq, nb, y + r);
       else
         matvec_tile<W, rows>(tile, w.row_stride, xq, nb, y + r);
@@ -338,7 +460,13 @@ void matmul_quant(const WeightView& w, const ActTile* xq, int64_t n_tokens, floa
   switch (w.type) {
     case DType::Q4_0: return quant_matmul_typed<Q4_0W>(w, xq, n_tokens, y, ldy, r0, r1);
     case DType::Q4_1: return quant_matmul_typed<Q4_1W>(w, xq, n_tokens, y, ldy, r0, r1);
-    default: return quant_matmul_typed<Q8_0W>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q8_0: return quant_matmul_typed<Q8_0W>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_0: return quant_matmul_typed<Q5_0W>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_1: return quant_matmul_typed<Q5_1W>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q4_K: return quant_matmul_typed<Q4_KW>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_K: return quant_matmul_typed<Q5_KW>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q6_K: return quant_matmul_typed<Q6_KW>(w, xq, n_tokens, y, ldy, r0, r1);
+    default: return kScalarKernels.matmul_quant(w, xq, n_tokens, y, ldy, r0, r1);
   }
 }
 

@@ -41,28 +41,40 @@ struct alignas(64) Packed {
   __m512 k;      // the rows' factor of the activation correction c (see ActTile)
 };
 
+// What a weight type declares beyond its block: `custom` types pack through their
+// own W::pack (the k-quants: several blocks of 32 per block, state kept from one
+// to the next in W::State); n_start accumulator starts per token and block
+// (subtracting an offset of the weights); `halves`: Q6_K's two scales per block.
+struct Legacy {
+  static constexpr bool custom = false, halves = false;
+  struct State {};
+};
+
 // Per weight type: block layout and how its bytes become unsigned dpbusd operands.
 // head: each row's first four block bytes; d: the rows' scales.
-struct Q4_0A {
+struct Q4_0A : Legacy {
   using Block = BlockQ4_0;
   static constexpr bool has_k = true;
   static constexpr bool biased = false;
+  static constexpr int n_start = 0, kBytes32 = 18;
   static constexpr int qs = 2;  // offset of the quants in the block
   static __m512 k(__m512i, __m512 d) { return d; }
 };
-struct Q4_1A {
+struct Q4_1A : Legacy {
   using Block = BlockQ4_1;
   static constexpr bool has_k = true;
   static constexpr bool biased = false;
+  static constexpr int n_start = 0, kBytes32 = 20;
   static constexpr int qs = 4;
   static __m512 k(__m512i head, __m512) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))); }
 };
 // Q8_0's signed bytes enter vpdpbusd as w + 128; the dot then carries an extra
 // 128 * sum(a), subtracted through the accumulator's start value.
-struct Q8_0A {
+struct Q8_0A : Legacy {
   using Block = BlockQ8_0;
   static constexpr bool has_k = false;
   static constexpr bool biased = true;
+  static constexpr int n_start = 1, kBytes32 = 34;
   static constexpr int qs = 2;
   static __m512 k(__m512i, __m512 d) { return d; }  // unused
 };
@@ -108,6 +120,166 @@ inline void pack_block(const uint8_t* blk, const int32_t* off, __m512i offs, Pac
   }
 }
 
+// ---- the 5-bit types and the k-quants --------------------------------------
+
+// Bit 4 of elements 4j..4j+3 in each byte of lane r, from qh (lane r: a row's
+// 32 high bits): the four bits of (qh >> 4j) spread one per byte by one product
+// whose partial products do not overlap.
+inline __m512i high_bits(__m512i qh, int j) {
+  const __m512i t = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * j), _mm512_set1_epi32(0x0f));
+  return _mm512_and_si512(_mm512_mullo_epi32(t, _mm512_set1_epi32(0x02040810)), _mm512_set1_epi32(0x10101010));
+}
+
+// Q5_0 / Q5_1: Q4_0 / Q4_1 with a fifth bit; the -16 of Q5_0 goes through c like Q4_0's -8.
+template <class Blk, int kQh>
+inline void pack_5bit(const uint8_t* blk, const int32_t* off, __m512i offs, Packed& p, bool has_m) {
+  const __m512i head = _mm512_i32gather_epi32(offs, blk, 1);
+  const __m512i qh = _mm512_i32gather_epi32(offs, blk + kQh, 1);
+  p.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+  p.k = has_m ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))) : p.d;
+  __m512i u[4];
+  transpose16x4(blk + kQh + 4, off, u);
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (int j = 0; j < 4; ++j) {
+    p.q[j] = _mm512_or_si512(_mm512_and_si512(u[j], low4), high_bits(qh, j));
+    p.q[4 + j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(u[j], 4), low4), high_bits(qh, 4 + j));
+  }
+}
+
+struct Q5_0A {
+  using Block = BlockQ5_0;
+  static constexpr bool custom = true, halves = false, has_k = true, biased = false;
+  static constexpr int n_start = 0, kBytes32 = 22;
+  struct State {};
+  static void pack(const uint8_t* rows, int64_t b, const int32_t* off, __m512i offs, Packed& p, State&) {
+    pack_5bit<Block, 2>(rows + b * 22, off, offs, p, false);
+  }
+};
+struct Q5_1A {
+  using Block = BlockQ5_1;
+  static constexpr bool custom = true, halves = false, has_k = true, biased = false;
+  static constexpr int n_start = 0, kBytes32 = 24;
+  struct State {};
+  static void pack(const uint8_t* rows, int64_t b, const int32_t* off, __m512i offs, Packed& p, State&) {
+    pack_5bit<Block, 4>(rows + b * 24, off, offs, p, true);
+  }
+};
+
+// Q4_K / Q5_K: block b is sub-block b % 8 of super-block b / 8. At its first
+// sub-block a super-block's scales are gathered and, every two sub-blocks, the
+// 32 bytes of nibbles they share transposed; the state keeps them.
+template <bool kFive>
+struct QKA {
+  using Block = BlockQ4_K;  // Q5_K's head is the same
+  static constexpr bool custom = true, halves = false, has_k = true, biased = false;
+  static constexpr int kBlock = kFive ? 176 : 144, kQs = kFive ? 48 : 16;
+  static constexpr int n_start = 0, kBytes32 = kBlock / 8;
+  struct State {
+    __m512 d, dmin;
+    __m512i s0, s1, s2;  // scale bytes 0-3, 4-7, 8-11
+    __m512i u[8];        // the current pair's nibble bytes, transposed
+    __m512i h[8];        // Q5_K: qh, transposed
+  };
+  static void pack(const uint8_t* rows, int64_t b, const int32_t* off, __m512i offs, Packed& p, State& st) {
+    const uint8_t* blk = rows + (b / 8) * kBlock;
+    const int j = static_cast<int>(b % 8);
+    if (j == 0) {
+      const __m512i head = _mm512_i32gather_epi32(offs, blk, 1);
+      st.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+      st.dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+      st.s0 = _mm512_i32gather_epi32(offs, blk + 4, 1);
+      st.s1 = _mm512_i32gather_epi32(offs, blk + 8, 1);
+      st.s2 = _mm512_i32gather_epi32(offs, blk + 12, 1);
+      if constexpr (kFive) {
+        transpose16x4(blk + 16, off, st.h);
+        transpose16x4(blk + 32, off, st.h + 4);
+      }
+    }
+    if (j % 2 == 0) {
+      transpose16x4(blk + kQs + 32 * (j / 2), off, st.u);
+      transpose16x4(blk + kQs + 32 * (j / 2) + 16, off, st.u + 4);
+    }
+    // k_scale_min on sixteen lanes.
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+    __m512i sc, mn;
+    if (j < 4) {
+      sc = _mm512_and_si512(_mm512_srli_epi32(st.s0, 8 * j), m6);
+      mn = _mm512_and_si512(_mm512_srli_epi32(st.s1, 8 * j), m6);
+    } else {
+      const int k = 8 * (j - 4);
+      const __m512i c = _mm512_srli_epi32(st.s2, k);
+      sc = _mm512_or_si512(_mm512_and_si512(c, m4),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(st.s0, k + 6), m2), 4));
+      mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), m4),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(st.s1, k + 6), m2), 4));
+    }
+    p.d = _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(sc));
+    p.k = _mm512_mul_ps(st.dmin, _mm512_cvtepi32_ps(mn));
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int i = 0; i < 8; ++i) {
+      __m512i q = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(st.u[i], 4) : st.u[i], low4);
+      if constexpr (kFive)  // bit j of each qh byte to bit 4
+        q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(st.h[i], j),
+                                                                  _mm512_set1_epi8(1)), 4));
+      p.q[i] = q;
+    }
+  }
+};
+using Q4_KA = QKA<false>;
+using Q5_KA = QKA<true>;
+
+// Q6_K: block b = 4n + k is elements 128n + 32k .. of super-block b / 8; the
+// state keeps the 64 ql and 32 qh bytes of each half super-block, transposed,
+// and the scales. p.d, p.k: the scales of the block's two halves of 16.
+struct Q6_KA {
+  using Block = BlockQ6_K;
+  static constexpr bool custom = true, halves = true, has_k = false, biased = false;
+  static constexpr int n_start = 2, kBytes32 = 26;
+  struct State {
+    __m512 d;
+    __m512i sc[4];  // scale bytes 4i..4i+3
+    __m512i ql[16], qh[8];
+  };
+  static void pack(const uint8_t* rows, int64_t b, const int32_t* off, __m512i offs, Packed& p, State& st) {
+    const uint8_t* blk = rows + (b / 8) * 210;
+    const int j = static_cast<int>(b % 8), n = j / 4, k = j % 4;
+    if (j == 0) {
+      // d is the block's last two bytes: gathered with the two scales before them.
+      st.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_i32gather_epi32(offs, blk + 206, 1), 16)));
+      for (int i = 0; i < 4; ++i) st.sc[i] = _mm512_i32gather_epi32(offs, blk + 192 + 4 * i, 1);
+    }
+    if (k == 0) {
+      for (int i = 0; i < 4; ++i) transpose16x4(blk + 64 * n + 16 * i, off, st.ql + 4 * i);
+      transpose16x4(blk + 128 + 32 * n, off, st.qh);
+      transpose16x4(blk + 128 + 32 * n + 16, off, st.qh + 4);
+    }
+    // Scales 2j and 2j + 1: bytes 2 (j % 2) and 2 (j % 2) + 1 of st.sc[j / 2], sign-extended.
+    const __m512i w = st.sc[j / 2];
+    const int sh = 16 * (j % 2);
+    const __m512i s_lo = _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - sh), 24);
+    const __m512i s_hi = _mm512_srai_epi32(_mm512_slli_epi32(w, 16 - sh), 24);
+    p.d = _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(s_lo));
+    p.k = _mm512_mul_ps(st.d, _mm512_cvtepi32_ps(s_hi));
+    const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
+    const __m512i* ql = st.ql + 8 * (k % 2);
+    for (int i = 0; i < 8; ++i) {
+      const __m512i lo = _mm512_and_si512(k < 2 ? ql[i] : _mm512_srli_epi16(ql[i], 4), low4);
+      // bits 2k, 2k+1 of qh to bits 4, 5 (shifted within 16-bit lanes; the mask drops what crosses bytes)
+      const __m512i hb = _mm512_and_si512(_mm512_slli_epi16(_mm512_srli_epi16(st.qh[i], 2 * k), 4), top2);
+      p.q[i] = _mm512_or_si512(lo, hb);
+    }
+  }
+};
+
+template <class W>
+inline void pack_at(const uint8_t* rows, int64_t b, const int32_t* off, __m512i offs, Packed& p,
+                    typename W::State& st) {
+  if constexpr (W::custom)
+    W::pack(rows, b, off, offs, p, st);
+  else
+    pack_block<W>(rows + b * static_cast<int64_t>(sizeof(typename W::Block)), off, offs, p);
+}
+
 inline __m512i bcast4(const int8_t* p) {
   int v;
   __builtin_memcpy(&v, p, 4);
@@ -126,7 +298,18 @@ inline void block_x_tokens(const Packed& p, const ActTile* xq, int64_t nb, int64
   for (int i = 0; i < T; ++i) {
     const ActTile& a = tiles[(i / kActTileTokens) * nb];
     const int s = i % kActTileTokens;
-    __m512i acc = W::biased ? _mm512_set1_epi32(start[(t0 + i) * nb + b]) : _mm512_setzero_si512();
+    if constexpr (W::halves) {
+      // Q6_K: each half of 16 has its own scale (p.d, then p.k), low half added first.
+      const int32_t* st = start + ((t0 + i) * nb + b) * 2;
+      __m512i lo = _mm512_set1_epi32(st[0]), hi = _mm512_set1_epi32(st[1]);
+      for (int j = 0; j < 4; ++j) lo = _mm512_dpbusd_epi32(lo, p.q[j], bcast4(a.q[s] + 4 * j));
+      for (int j = 4; j < 8; ++j) hi = _mm512_dpbusd_epi32(hi, p.q[j], bcast4(a.q[s] + 4 * j));
+      const __m512 ad = _mm512_set1_ps(a.d[s]);
+      sum[i] = _mm512_add_ps(sum[i], _mm512_mul_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(p.d, ad)));
+      sum[i] = _mm512_add_ps(sum[i], _mm512_mul_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(p.k, ad)));
+      continue;
+    }
+    __m512i acc = W::n_start ? _mm512_set1_epi32(start[(t0 + i) * nb + b]) : _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) acc = _mm512_dpbusd_epi32(acc, p.q[j], bcast4(a.q[s] + 4 * j));
     const __m512 scale = _mm512_mul_ps(p.d, _mm512_set1_ps(a.d[s]));
     sum[i] = _mm512_add_ps(sum[i], _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale));
@@ -150,7 +333,7 @@ void rows_x_tokens(const Packed* pk, int64_t nb, const ActTile* xq, int64_t t0, 
 // a single token is bound by reading the weights.
 template <class W>
 inline void prefetch_share(const uint8_t* next, int64_t b) {
-  constexpr int64_t share = kRows * static_cast<int64_t>(sizeof(typename W::Block));
+  constexpr int64_t share = kRows * static_cast<int64_t>(W::kBytes32);
   if (next)
     for (int64_t o = b * share; o < (b + 1) * share; o += 64)
       _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
@@ -161,11 +344,12 @@ template <class W>
 void rows_x_token(const uint8_t* rows, const int32_t* off, int64_t nb, const ActTile* xq, const int32_t* start,
                   float* y, __mmask16 mask, const uint8_t* next) {
   const __m512i offs = _mm512_load_si512(off);
+  typename W::State st;
   __m512 sum[1] = {_mm512_setzero_ps()}, corr[1] = {_mm512_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_share<W>(next, b);
     Packed p;
-    pack_block<W>(rows + b * static_cast<int64_t>(sizeof(typename W::Block)), off, offs, p);
+    pack_at<W>(rows, b, off, offs, p, st);
     block_x_tokens<W, 1>(p, xq, nb, b, 0, start, sum, corr);
   }
   _mm512_mask_storeu_ps(y, mask, _mm512_add_ps(sum[0], corr[0]));
@@ -209,7 +393,7 @@ void quant_matmul_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens
   static thread_local Scratch scratch;
   const int64_t nb = w.cols / kQuantBlock;
   const size_t packed_bytes = static_cast<size_t>(nb) * sizeof(Packed);
-  auto* mem = static_cast<uint8_t*>(scratch.get(packed_bytes + (W::biased ? n_tokens * nb * 4 : 0)));
+  auto* mem = static_cast<uint8_t*>(scratch.get(packed_bytes + W::n_start * n_tokens * nb * 4));
   Packed* pk = reinterpret_cast<Packed*>(mem);
   int32_t* start = reinterpret_cast<int32_t*>(mem + packed_bytes);
   if constexpr (W::biased) {
@@ -223,6 +407,17 @@ void quant_matmul_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens
         const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
         const int sum = _mm_cvtsi128_si32(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2))) - 32 * 128;
         start[t * nb + b] = -128 * sum;
+      }
+  }
+  if constexpr (W::halves) {
+    // Q6_K's 6-bit values enter vpdpbusd unsigned: -32 * sum(a) per half undoes their offset of 32.
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* q = xq[(t / kActTileTokens) * nb + b].q[t % kActTileTokens];
+        int lo = 0, hi = 0;
+        for (int j = 0; j < 16; ++j) lo += q[j], hi += q[16 + j];
+        start[(t * nb + b) * 2] = -32 * lo;
+        start[(t * nb + b) * 2 + 1] = -32 * hi;
       }
   }
   const auto* base = static_cast<const uint8_t*>(w.data);
@@ -240,9 +435,10 @@ void quant_matmul_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens
     }
     // Several tokens: the group is packed once into scratch (in L1) and read for every token tile.
     const __m512i offs = _mm512_load_si512(off);
+    typename W::State st;
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_share<W>(next, b);
-      pack_block<W>(rows + b * static_cast<int64_t>(sizeof(typename W::Block)), off, offs, pk[b]);
+      pack_at<W>(rows, b, off, offs, pk[b], st);
     }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens) {
       const int tn = n_tokens - t0 < kTokens ? static_cast<int>(n_tokens - t0) : kTokens;
@@ -256,7 +452,13 @@ void matmul_quant(const WeightView& w, const ActTile* xq, int64_t n_tokens, floa
   switch (w.type) {
     case DType::Q4_0: return quant_matmul_typed<Q4_0A>(w, xq, n_tokens, y, ldy, r0, r1);
     case DType::Q4_1: return quant_matmul_typed<Q4_1A>(w, xq, n_tokens, y, ldy, r0, r1);
-    default: return quant_matmul_typed<Q8_0A>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q8_0: return quant_matmul_typed<Q8_0A>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_0: return quant_matmul_typed<Q5_0A>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_1: return quant_matmul_typed<Q5_1A>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q4_K: return quant_matmul_typed<Q4_KA>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_K: return quant_matmul_typed<Q5_KA>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q6_K: return quant_matmul_typed<Q6_KA>(w, xq, n_tokens, y, ldy, r0, r1);
+    default: return kScalarKernels.matmul_quant(w, xq, n_tokens, y, ldy, r0, r1);  // types not ported here
   }
 }
 

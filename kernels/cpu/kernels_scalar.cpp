@@ -23,13 +23,20 @@ void quantize_act(DType weight, const float* x, int64_t n, ActTile* tiles, int s
     int sum = 0;
     for (int j = 0; j < kQuantBlock; ++j) sum += a.q[slot][j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
     a.d[slot] = fp16_to_fp32(fp32_to_fp16(d));
-    if (weight == DType::Q4_1)
-      a.c[slot] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum)));
-    else if (weight == DType::Q4_0)
-      a.c[slot] = -8.0f * a.d[slot] * static_cast<float>(sum);
-    else
-      a.c[slot] = 0;
+    a.c[slot] = act_correction(weight, d, a.d[slot], sum);
+    if (act_correction_is_half(weight)) a.c[slot] = fp16_to_fp32(fp32_to_fp16(a.c[slot]));
   }
+}
+
+// Integer dot of 32 unsigned 5-bit values (Q5_0 / Q5_1: nibbles as Q4_0, bit 4 in qh) with 32 int8.
+int dot_5bit(const uint8_t* qs, const uint8_t* qh_bytes, const int8_t* a) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  int s = 0;
+  for (int j = 0; j < 16; ++j)
+    s += ((qs[j] & 0x0f) | static_cast<int>((qh >> j) & 1) << 4) * a[j] +
+         ((qs[j] >> 4) | static_cast<int>((qh >> (j + 16)) & 1) << 4) * a[j + 16];
+  return s;
 }
 
 // Integer dot of 32 unsigned nibbles (layout of Q4_0 / Q4_1) with 32 int8.
@@ -50,6 +57,12 @@ float dot_row(const Block* w, const ActTile* x, int slot, int64_t nb) {
     if constexpr (std::is_same_v<Block, BlockQ8_0>) {
       idot = 0;
       for (int j = 0; j < kQuantBlock; ++j) idot += w[b].qs[j] * a.q[slot][j];
+    } else if constexpr (std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>) {
+      idot = dot_5bit(w[b].qs, w[b].qh, a.q[slot]);
+      if constexpr (std::is_same_v<Block, BlockQ5_1>)
+        corr += fp16_to_fp32(w[b].m) * a.c[slot];
+      else
+        corr += d * a.c[slot];
     } else {
       idot = dot_nibbles(w[b].qs, a.q[slot]);
       if constexpr (std::is_same_v<Block, BlockQ4_1>)
@@ -60,6 +73,58 @@ float dot_row(const Block* w, const ActTile* x, int slot, int64_t nb) {
     sum += static_cast<float>(idot) * (d * a.d[slot]);
   }
   return sum + corr;
+}
+
+// The k-quants: each sub-block of 32 is a block of the sum above, with scale
+// d * sc and correction factor dmin * m (Q4_K, Q5_K); Q6_K's two halves of 16
+// each add their own product, low half first, and it has no correction.
+template <class Block>
+float dot_row_k(const Block* w, const ActTile* x, int slot, int64_t nb) {
+  float sum = 0, corr = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& blk = w[b / 8];
+    const int j = static_cast<int>(b % 8);
+    const ActTile& a = x[b];
+    const int8_t* aq = a.q[slot];
+    if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+      const int n = j / 4, k = j % 4;
+      const uint8_t* ql = blk.ql + 64 * n + 32 * (k % 2);
+      const uint8_t* qh = blk.qh + 32 * n;
+      int half[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) {
+        const int q = ((k < 2 ? ql[l] & 0x0f : ql[l] >> 4) | ((qh[l] >> (2 * k)) & 3) << 4) - 32;
+        half[l / 16] += q * aq[l];
+      }
+      const float d = fp16_to_fp32(blk.d);
+      sum += static_cast<float>(half[0]) * ((d * static_cast<float>(blk.scales[2 * j])) * a.d[slot]);
+      sum += static_cast<float>(half[1]) * ((d * static_cast<float>(blk.scales[2 * j + 1])) * a.d[slot]);
+    } else {
+      int sc, m;
+      k_scale_min(blk.scales, j, sc, m);
+      const uint8_t* qs = blk.qs + 32 * (j / 2);
+      int idot = 0;
+      for (int l = 0; l < 32; ++l) {
+        int q = j % 2 ? qs[l] >> 4 : qs[l] & 0x0f;
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) q |= ((blk.qh[l] >> j) & 1) << 4;
+        idot += q * aq[l];
+      }
+      const float dsc = fp16_to_fp32(blk.d) * static_cast<float>(sc);
+      sum += static_cast<float>(idot) * (dsc * a.d[slot]);
+      corr += (fp16_to_fp32(blk.dmin) * static_cast<float>(m)) * a.c[slot];
+    }
+  }
+  return sum + corr;
+}
+
+template <class Block>
+void matmul_quant_k(const WeightView& w, const ActTile* xq, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                    int64_t r1) {
+  const int64_t nb = w.cols / kQuantBlock;
+  for (int64_t r = r0; r < r1; ++r) {
+    const auto* row = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w.data) + r * w.row_stride);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      y[t * ldy + r] = dot_row_k(row, xq + (t / kActTileTokens) * nb, static_cast<int>(t % kActTileTokens), nb);
+  }
 }
 
 template <class Block>
@@ -78,6 +143,11 @@ void matmul_quant(const WeightView& w, const ActTile* xq, int64_t n_tokens, floa
   switch (w.type) {
     case DType::Q4_0: return matmul_quant_typed<BlockQ4_0>(w, xq, n_tokens, y, ldy, r0, r1);
     case DType::Q4_1: return matmul_quant_typed<BlockQ4_1>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_0: return matmul_quant_typed<BlockQ5_0>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_1: return matmul_quant_typed<BlockQ5_1>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q4_K: return matmul_quant_k<BlockQ4_K>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q5_K: return matmul_quant_k<BlockQ5_K>(w, xq, n_tokens, y, ldy, r0, r1);
+    case DType::Q6_K: return matmul_quant_k<BlockQ6_K>(w, xq, n_tokens, y, ldy, r0, r1);
     default: return matmul_quant_typed<BlockQ8_0>(w, xq, n_tokens, y, ldy, r0, r1);
   }
 }
