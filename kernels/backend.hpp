@@ -104,6 +104,9 @@ class Backend {
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
 
   // out[t][:] = dequantized row ids[t] of table (embedding lookup).
+  // Whether its get_rows and matmul take weights of this type (checked at load,
+  // so a model the backend cannot run is refused before it serves).
+  virtual bool takes_weight_type(DType) const { return true; }
   virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tokens. x: [n_tokens][cols], y: [n_tokens][rows].
   virtual void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) = 0;

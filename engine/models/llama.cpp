@@ -162,6 +162,10 @@ class LlamaModel final : public Model {
 
   // Reported done once it is ready to run: converted (Exact) or faulted in (Fast).
   WeightView view(WeightLoader& w, const GgufTensorInfo& t, Part part = {}) {
+    if (precision_ != Precision::Exact && !be_.takes_weight_type(t.type))
+      throw LoadError(f_->path(), t.info_offset,
+                      "tensor " + t.name + " is " + std::string(kernels::traits(t.type).name) + ", which the " +
+                          be_.name() + " backend does not take");
     WeightView v{t.type, t.data, t.rows(), t.cols(), kernels::row_bytes(t.type, t.cols())};
     if (part.end >= 0) v = part.cols ? slice_cols(f_, t, v, part) : slice_rows(v, part);
     if (precision_ == Precision::Exact && v.type != kernels::DType::F32) {

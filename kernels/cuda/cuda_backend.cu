@@ -160,6 +160,11 @@ class CudaBackend final : public Backend {
     record(key, g, step);
   }
 
+  bool takes_weight_type(DType t) const override {
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q4_0 || t == DType::Q4_1 ||
+           t == DType::Q8_0;
+  }
+
   void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) override {
     LaunchScope scope(launch_keys::get_rows(table, n));
     check_tokens(n, "get_rows");

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -32,7 +33,9 @@ namespace {
 // The CPU backend's ops behind memory that only this backend hands out.
 class DeviceLikeBackend final : public kernels::Backend {
  public:
-  DeviceLikeBackend() : cpu_(kernels::make_cpu_backend(1, kernels::CpuIsa::Auto)) {}
+  explicit DeviceLikeBackend(std::optional<kernels::DType> refused = std::nullopt)
+      : cpu_(kernels::make_cpu_backend(1, kernels::CpuIsa::Auto)), refused_(refused) {}
+  bool takes_weight_type(kernels::DType t) const override { return t != refused_; }
 
   std::string name() const override { return "device-like"; }
   int threads() const override { return cpu_->threads(); }
@@ -131,6 +134,7 @@ class DeviceLikeBackend final : public kernels::Backend {
   }
 
   std::unique_ptr<kernels::Backend> cpu_;
+  std::optional<kernels::DType> refused_;
   mutable std::mutex mu_;
   std::map<const char*, size_t> ranges_;
   size_t allocated_ = 0, uploaded_ = 0;
@@ -182,6 +186,19 @@ TEST_CASE("engine on a device-like backend: same tokens as the CPU backend, ever
     CHECK(got[p].ids == want[p].ids);
     CHECK(got[p].ids.size() == 12);
   }
+}
+
+TEST_CASE("engine: a weight type the backend does not take is refused at load, naming the tensor and file") {
+  auto o = small_options();
+  o.backend = [] { return std::make_unique<DeviceLikeBackend>(kernels::DType::Q4_1); };
+  std::string what;
+  try {
+    engine::Engine eng(o);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  CHECK(what.find(test_paths::default_model()) != std::string::npos);
+  CHECK_MESSAGE(what.find("is q4_1, which the device-like backend does not take") != std::string::npos, what);
 }
 
 TEST_CASE("engine: max_tokens near INT32_MAX is refused, not overflowed") {
