@@ -24,39 +24,14 @@
 #include "kernels/half.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/thread_pool.hpp"
+#include "tests/unit/test_weights.hpp"
 
 using namespace inferd::kernels;
+using test_weights::make_weight;
+using test_weights::random_floats;
+using test_weights::TestWeight;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-// A weight matrix in `type` built from random floats, with its dequantized values.
-struct TestWeight {
-  std::vector<uint8_t> bytes;
-  std::vector<float> values;  // [rows][cols] as the kernels see them
-  WeightView view;
-};
-
-TestWeight make_weight(DType type, int64_t rows, int64_t cols, uint32_t seed) {
-  TestWeight w;
-  const auto src = random_floats(rows * cols, seed);
-  const size_t rb = row_bytes(type, cols);
-  w.bytes.resize(rb * rows);
-  w.values.resize(rows * cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    quantize_row(type, src.data() + r * cols, w.bytes.data() + r * rb, cols);
-    dequantize_row(type, w.bytes.data() + r * rb, w.values.data() + r * cols, cols);
-  }
-  w.view = WeightView{type, w.bytes.data(), rows, cols, rb};
-  return w;
-}
 
 // The SIMD instruction sets this CPU and build have, each tested against the scalar kernels.
 std::vector<CpuIsa> simd_isas() {
@@ -420,32 +395,11 @@ TEST_CASE("quantized matmul of every SIMD table against scalar, over shapes and 
   auto scalar = make_cpu_backend(2, CpuIsa::Scalar);
   for (CpuIsa isa : simd_isas()) {
     auto simd = make_cpu_backend(2, isa);
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-      for (const auto& shape : shapes) {
-        const int64_t rows = shape.first, cols = shape.second;  // not a structured binding: clang 14 can't capture one
-        const TestWeight w = make_weight(type, rows, cols, 60 + static_cast<uint32_t>(rows + cols));
-        for (int64_t nt : token_counts) {
-          const auto x = random_floats(nt * cols, 70 + static_cast<uint32_t>(nt), -3.0f, 3.0f);
-          std::vector<float> ys(nt * rows), yv(nt * rows, NAN);
-          scalar->matmul(w.view, x.data(), nt, ys.data());
-          simd->matmul(w.view, x.data(), nt, yv.data());
-          int64_t far = 0, differ = 0;
-          for (int64_t t = 0; t < nt; ++t)
-            for (int64_t r = 0; r < rows; ++r) {
-              double mag = 0;
-              for (int64_t c = 0; c < cols; ++c) mag += std::fabs(w.values[r * cols + c] * x[t * cols + c]);
-              const float a = ys[t * rows + r], b = yv[t * rows + r];
-              far += !(std::fabs(a - b) <= 1e-4 * mag);
-              differ += std::memcmp(&a, &b, sizeof a) != 0;
-            }
-          CHECK_MESSAGE(far == 0, simd->name(), " ", traits(type).name, " ", rows, "x", cols, " t ", nt, ": ", far,
-                        " outside 1e-4");
-          if (isa == CpuIsa::Avx512)
-            CHECK_MESSAGE(differ == 0, traits(type).name, " ", rows, "x", cols, " t ", nt, ": ", differ,
-                          " differ from scalar");
-        }
-      }
-    }
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+      for (const auto& shape : shapes)
+        test_weights::check_matmul_matches_scalar(*scalar, *simd, isa == CpuIsa::Avx512, type, shape.first,
+                                                  shape.second, 60 + static_cast<uint32_t>(shape.first + shape.second),
+                                                  token_counts);
   }
 }
 
