@@ -1,5 +1,6 @@
 #include "daemon/tensor_parallel_group.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "comm/timed_collectives.hpp"
@@ -108,7 +109,8 @@ void HeadGroup::reform(const std::string& why) {
     ++generation_;
     spdlog::warn("tensor parallel: re-forming the group as generation {} ({})", generation_, last);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-    if (left.count() <= 0) throw std::runtime_error("the group did not re-form within 60 s: " + last);
+    if (left.count() <= 0)
+      throw std::runtime_error(fmt::format("the group did not re-form within {} s: {}", kRejoin.count(), last));
     control_->wait_for_workers(false, left, {}, cancelled_);
     control_->send_reform(generation_);
     try {

@@ -115,12 +115,6 @@ bool WorkerHost::run_orders(Daemon& d) {
       continue;
     }
     d.heartbeat().begin_step(order->plan.work());
-    steps_begun_.fetch_add(1);
-    in_step_ = true;
-    struct LeftStep {
-      std::atomic<bool>& flag;
-      ~LeftStep() { flag = false; }
-    } left{in_step_};
     try {
       rank_->execute(order->plan);
     } catch (const comm::CollectiveError& e) {
@@ -140,12 +134,15 @@ bool WorkerHost::run_orders(Daemon& d) {
 }
 
 void WorkerHost::must_leave_step(Daemon& d, int generation) {
-  if (!in_step_) return;
-  const uint64_t step = steps_begun_.load();
+  // The step heartbeat knows the step in progress: the one that ends as the
+  // count of completed steps moves on.
+  const engine::StepHeartbeat& beat = d.heartbeat();
+  if (beat.idle()) return;
+  const uint64_t step = beat.steps_completed();
   boost::asio::post(d.supervisor_loop(), [this, &d, step, generation] {
     abort_timer_ = std::make_unique<boost::asio::steady_timer>(d.supervisor_loop(), kAbortGrace);
     abort_timer_->async_wait([this, &d, step, generation](auto ec) {
-      if (ec || !in_step_ || steps_begun_.load() != step || cancel_) return;
+      if (ec || d.heartbeat().idle() || d.heartbeat().steps_completed() != step || cancel_) return;
       d.fail(fmt::format("this rank's step did not end within {} s of the head's order to re-form as generation {} "
                          "(a transfer under way when the group broke cannot be aborted); restarting this rank "
                          "to rejoin",

@@ -46,8 +46,6 @@ class WorkerHost {
   std::unique_ptr<engine::RankWorker> rank_;
   std::vector<kernels::ShapeKey> reachable_;  // what this rank's warm-up must touch
   std::atomic<bool> cancel_{false};
-  std::atomic<uint64_t> steps_begun_{0};  // counts the steps; with in_step_, which one is running
-  std::atomic<bool> in_step_{false};
   std::unique_ptr<boost::asio::steady_timer> abort_timer_;  // on the daemon's loop
   std::thread thread_;
 };
