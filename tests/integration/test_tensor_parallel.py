@@ -316,6 +316,34 @@ def test_a_rank_stalling_on_a_cold_shape_wedges_the_group_only_without_warm_up(g
 
 
 @needs_faults
+def test_a_worker_whose_step_cannot_be_aborted_restarts_and_the_head_recovers_in_place(group):
+    """A worker stuck where no abort reaches it (here: a 60 s stall on a cold
+    shape, which nothing interrupts, as a transfer Gloo cannot wake): 10 s
+    after the head's order to re-form it fails with exit 1 so that it restarts;
+    restarted (as systemd's Restart= would), it rejoins and the head, which
+    never restarted, serves again."""
+    head, (worker,) = group(2, head_extra=["--step-deadline-floor", "2", "--no-warmup"],
+                            worker_env={"INFERD_FAULTS": "rank.cold_shape=1:60000"})
+    model = head.get("/v1/models").json()["data"][0]["id"]
+    threading.Thread(target=lambda: head.post("/v1/completions", timeout=120, json={
+        "model": model, "prompt": "Water boils at", "max_tokens": 8, "temperature": 0}), daemon=True).start()
+    assert worker.proc.wait(timeout=60) == 1, worker.output()
+    assert "restarting this rank to rejoin" in worker.output()
+    restarted = Daemon(worker.args)
+    try:
+        deadline = time.monotonic() + 120
+        while "recovered in" not in head.output():
+            assert time.monotonic() < deadline and head.proc.poll() is None, head.output()
+            time.sleep(0.2)
+        head.wait_for("Serving", timeout=60)
+        assert re.search(r"rank 1 is in generation [1-9]", restarted.output())
+        assert complete(head, "The capital of France is")["text"]
+        print(f"recovered in {recoveries(head)} s")
+    finally:
+        restarted.stop()
+
+
+@needs_faults
 def test_the_warm_up_gate_stays_closed_while_a_worker_has_not_touched_its_shapes(group):
     """Every rank's steps must have touched every shape key they can reach
     (a rank's shapes are its share's, not the head's): a worker that reports
