@@ -41,8 +41,11 @@ using local = asio::local::stream_protocol;
 // How often the accept thread looks whether a burst of connections has ended.
 constexpr std::chrono::seconds kTrimCheckPeriod{2};
 // Connections closed since the peak after which freed memory goes back to the
-// system: about 4 KiB each, so 1024 of them is 4 MiB.
+// system: about 4 KiB each, so 1024 of them is 4 MiB. Once the count has
+// stopped moving for a period, fewer suffice: the tail of a burst that closed
+// across several checks would otherwise stay behind.
 constexpr std::size_t kTrimAfterClosed = 1024;
+constexpr std::size_t kTrimAfterClosedSettled = 64;
 
 // One listening socket: the main one or an admin one.
 template <class Protocol>
@@ -109,7 +112,7 @@ struct HttpServer::Impl {
   void accept(Listener<Protocol>& listener);
   template <class Protocol>
   static void close(std::optional<Listener<Protocol>>& listener);
-  void trim_after_bursts();
+  void trim_after_bursts(std::size_t open_before);
 
   ServerState state;
   uint16_t bound_port = 0;
@@ -187,15 +190,16 @@ void HttpServer::Impl::accept(Listener<Protocol>& l) {
 // inside the heaps too, so RSS follows the open connections instead of staying
 // at their high-water mark. Checked on the accept thread; the I/O threads only
 // wait for an arena's lock while it is trimmed.
-void HttpServer::Impl::trim_after_bursts() {
+void HttpServer::Impl::trim_after_bursts(std::size_t open_before) {
   const auto [open, peak] = connection_counts(state);
-  if (peak - open >= kTrimAfterClosed) {
+  const bool settled = open == open_before;
+  if (peak - open >= (settled ? kTrimAfterClosedSettled : kTrimAfterClosed)) {
     ::malloc_trim(0);
     reset_connection_peak(state);
   }
   trim_timer.expires_after(kTrimCheckPeriod);
-  trim_timer.async_wait([this](error_code ec) {
-    if (!ec) trim_after_bursts();
+  trim_timer.async_wait([this, open = open](error_code ec) {
+    if (!ec) trim_after_bursts(open);
   });
 }
 
@@ -249,7 +253,7 @@ void HttpServer::start() {
   s.accept(*s.main);
   if (s.admin_tcp) s.accept(*s.admin_tcp);
   if (s.admin_unix) s.accept(*s.admin_unix);
-  s.trim_after_bursts();
+  s.trim_after_bursts(0);
   s.accept_thread = std::thread([&s] { s.accept_ioc.run(); });
   for (int i = 0; i < opts.io_threads; ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
   spdlog::info("http: listening on {} ({} I/O threads)", s.main->name, opts.io_threads);
