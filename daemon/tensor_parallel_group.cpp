@@ -130,9 +130,12 @@ void HeadGroup::reform(const std::string& why) {
 WorkerGroup::WorkerGroup(const Config& cfg, const std::function<bool()>& cancelled, std::function<void(int)> on_reform,
                          std::function<std::vector<health::Signal>()> health) {
   const auto& p = cfg.parallel;
-  cluster::WorkerOptions o{p.master_addr, static_cast<uint16_t>(p.master_port), p.node_rank, group_fingerprint(cfg)};
-  o.on_reform = std::move(on_reform);
-  o.health = std::move(health);
+  cluster::WorkerOptions o{.master_addr = p.master_addr,
+                           .master_port = static_cast<uint16_t>(p.master_port),
+                           .rank = p.node_rank,
+                           .fingerprint = group_fingerprint(cfg),
+                           .on_reform = std::move(on_reform),
+                           .health = std::move(health)};
   control = std::make_unique<cluster::ControlWorker>(std::move(o));
   const std::string address = control->join(kJoinTimeout, cancelled);
   spdlog::info("tensor parallel: rank {} of {} joined the head at {}:{} (from {})", p.node_rank,

@@ -4,23 +4,11 @@
 // are done. Per level: aggregate output tok/s, TTFT, per-stream decode tok/s.
 // Token counts come from the usage chunk (stream_options.include_usage), never
 // from counting chunks: one chunk may carry several tokens, or none.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
-#include <fstream>
 #include <iostream>
-#include <mutex>
-#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -29,6 +17,7 @@
 
 #include <boost/json.hpp>
 
+#include "tools/bench_http.hpp"
 #include "tools/http_client.hpp"
 #include "tools/inferctl_commands.hpp"
 
@@ -36,13 +25,11 @@
 #define INFERD_PLOT_SCRIPT "tools/plot_bench_serve.py"
 #endif
 
-extern char** environ;
-
 namespace inferd::tools {
 namespace {
 
 namespace json = boost::json;
-using Clock = std::chrono::steady_clock;
+using Clock = BenchClock;
 
 constexpr const char* kUsage =
     "usage: inferctl bench serve [--url http://127.0.0.1:8000] [--api-key KEY]\n"
@@ -53,23 +40,6 @@ constexpr const char* kUsage =
     "unless --out): aggregate output tok/s, TTFT mean/p50/p99 and per-stream\n"
     "decode tok/s per level. --requests-per-level defaults to 2x the level, at\n"
     "least 4. --plot runs python3 on tools/plot_bench_serve.py (needs matplotlib).\n";
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-int positive_int(std::string_view flag, std::string_view text, int hi) {
-  int n = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || end != text.data() + text.size() || n < 1 || n > hi)
-    throw std::invalid_argument("--" + std::string(flag) + ": expected an integer from 1 to " + std::to_string(hi) +
-                                ", got '" + std::string(text) + "'");
-  return n;
-}
-
-double positive_double(const Args& args, const std::string& flag, double def) {
-  const double x = args.get_double(flag, def);
-  if (!(x > 0)) throw std::invalid_argument("--" + flag + ": must be greater than 0");
-  return x;
-}
 
 struct Options {
   Url url;
@@ -126,140 +96,18 @@ std::string make_prompt(int id, int words) {
   return p;
 }
 
-// Splits a server-sent event stream into the payloads of its `data:` lines.
-class SseReader {
- public:
-  template <class F>
-  void feed(std::string_view bytes, F&& on_data) {
-    pending_ += bytes;
-    size_t nl;
-    while ((nl = pending_.find('\n')) != std::string::npos) {
-      std::string_view line(pending_.data(), nl);
-      if (line.ends_with('\r')) line.remove_suffix(1);
-      if (line.starts_with("data:")) {
-        line.remove_prefix(5);
-        if (line.starts_with(' ')) line.remove_prefix(1);
-        on_data(line);
-      }
-      pending_.erase(0, nl + 1);
-    }
-  }
-
- private:
-  std::string pending_;
-};
-
-struct RequestResult {
-  bool ok = false;
-  std::string error;
-  double ttft_s = 0;
-  double e2e_s = 0;
-  int prompt_tokens = 0;
-  int completion_tokens = 0;
-  std::optional<double> decode_tps;  // needs two tokens and a measurable time between them
-};
-
-std::string error_message(const json::value& v) {
-  if (const auto* o = v.if_object())
-    if (const auto* e = o->if_contains("error"); e && e->is_object())
-      if (const auto* m = e->as_object().if_contains("message"); m && m->is_string()) return std::string(m->as_string());
-  return json::serialize(v);
-}
+using RequestResult = StreamResult;
 
 RequestResult run_request(const Options& o, const std::string& model, int id, int max_tokens) {
-  const std::string body = json::serialize(json::object{{"model", model},
-                                                        {"prompt", make_prompt(id, o.input_len)},
-                                                        {"max_tokens", max_tokens},
-                                                        {"temperature", 0.0},
-                                                        {"ignore_eos", true},
-                                                        {"stream", true},
-                                                        {"stream_options", {{"include_usage", true}}}});
-  RequestResult r;
-  SseReader sse;
-  std::string raw;  // the start of the body, to explain a non-200 answer
-  std::optional<Clock::time_point> first;
-  bool usage_seen = false, done = false;
-  const auto start = Clock::now();
-  auto on_event = [&](std::string_view data) {
-    if (data == "[DONE]") {
-      done = true;
-      return;
-    }
-    json::error_code ec;
-    const json::value v = json::parse(data, ec);
-    if (ec || !v.is_object()) {
-      if (r.error.empty()) r.error = "bad SSE data: " + std::string(data.substr(0, 200));
-      return;
-    }
-    const auto& obj = v.as_object();
-    if (obj.contains("error")) {
-      if (r.error.empty()) r.error = error_message(v);
-      return;
-    }
-    if (const auto* ch = obj.if_contains("choices"); ch && ch->is_array() && !first)
-      for (const auto& c : ch->as_array())
-        if (const auto* t = c.is_object() ? c.as_object().if_contains("text") : nullptr;
-            t && t->is_string() && !t->as_string().empty())
-          first = Clock::now();
-    if (const auto* u = obj.if_contains("usage"); u && u->is_object()) {
-      const auto& uo = u->as_object();
-      if (const auto* n = uo.if_contains("completion_tokens"); n && n->is_int64()) {
-        r.completion_tokens = static_cast<int>(n->as_int64());
-        usage_seen = true;
-      }
-      if (const auto* n = uo.if_contains("prompt_tokens"); n && n->is_int64())
-        r.prompt_tokens = static_cast<int>(n->as_int64());
-    }
-  };
-  try {
-    const HttpReply reply = http_request_streamed(
-        o.url, "POST", "/v1/completions", body,
-        [&](std::string_view bytes) {
-          if (raw.size() < 2048) raw.append(bytes.substr(0, 2048 - raw.size()));
-          sse.feed(bytes, on_event);
-        },
-        o.timeout, o.api_key);
-    const auto end = Clock::now();
-    r.e2e_s = seconds(end - start);
-    if (reply.status != 200) {
-      json::error_code ec;
-      const json::value v = json::parse(raw, ec);
-      r.error = "HTTP " + std::to_string(reply.status) + ": " + (ec ? raw.substr(0, 200) : error_message(v));
-      return r;
-    }
-    if (r.error.empty() && !done) r.error = "the stream ended without [DONE]";
-    if (r.error.empty() && !usage_seen) r.error = "the stream carried no usage (stream_options.include_usage)";
-    if (r.error.empty() && !first) r.error = "the stream carried no text";
-    if (!r.error.empty()) return r;
-    r.ttft_s = seconds(*first - start);
-    if (const double decode = seconds(end - *first); r.completion_tokens > 1 && decode > 0)
-      r.decode_tps = (r.completion_tokens - 1) / decode;
-    r.ok = true;
-  } catch (const std::exception& e) {
-    r.e2e_s = seconds(Clock::now() - start);
-    r.error = e.what();
-  }
-  return r;
-}
-
-// Linear interpolation between the nearest ranks, as numpy's default.
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(pos);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return s / static_cast<double>(v.size());
-}
-
-json::value stat(const std::vector<double>& v) {
-  if (v.empty()) return nullptr;
-  return json::object{{"mean", mean(v)}, {"p50", percentile(v, 50)}, {"p99", percentile(v, 99)}};
+  return run_streamed(o.url, "/v1/completions",
+                      json::object{{"model", model},
+                                   {"prompt", make_prompt(id, o.input_len)},
+                                   {"max_tokens", max_tokens},
+                                   {"temperature", 0.0},
+                                   {"ignore_eos", true},
+                                   {"stream", true},
+                                   {"stream_options", {{"include_usage", true}}}},
+                      o.timeout, o.api_key);
 }
 
 // `concurrency` clients, each sending its next request as soon as its last one ends.
@@ -311,90 +159,6 @@ json::object run_level(const Options& o, const std::string& model, int concurren
   return level;
 }
 
-std::string first_line_with(const std::string& path, std::string_view key, std::string_view sep) {
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.starts_with(key)) continue;
-    const size_t s = line.find(sep);
-    if (s == std::string::npos) continue;
-    std::string v = line.substr(s + sep.size());
-    v.erase(0, v.find_first_not_of(" \t\""));
-    while (!v.empty() && (v.back() == '"' || v.back() == ' ')) v.pop_back();
-    return v;
-  }
-  return "unknown";
-}
-
-// Where the numbers come from: the client shares the machine with the daemon
-// when the URL is local, so its cores are the daemon's.
-json::object machine() {
-  return {{"cpu", first_line_with("/proc/cpuinfo", "model name", ":")},
-          {"cores", std::thread::hardware_concurrency()},
-          {"memory", first_line_with("/proc/meminfo", "MemTotal", ":")},
-          {"os", first_line_with("/etc/os-release", "PRETTY_NAME", "=")}};
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// /health/ready answers 200 once the daemon serves (after any warm-up).
-void wait_ready(const Options& o) {
-  const auto deadline = Clock::now() + o.ready_timeout;
-  std::string last;
-  for (;;) {
-    try {
-      const HttpReply r = http_request(o.url, "GET", "/health/ready", {}, std::chrono::seconds(5));
-      if (r.status == 200) return;
-      last = "/health/ready answered " + std::to_string(r.status);
-    } catch (const std::runtime_error& e) {
-      last = e.what();
-    }
-    if (Clock::now() >= deadline)
-      throw std::runtime_error("the daemon was not ready within " + std::to_string(o.ready_timeout.count() / 1000) +
-                               " s: " + last);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-}
-
-json::object served_model(const Options& o) {
-  const HttpReply r = http_request(o.url, "GET", "/v1/models", {}, std::chrono::seconds(10), o.api_key);
-  if (r.status == 401) throw std::runtime_error("/v1/models answered 401: pass the daemon's key with --api-key");
-  json::error_code ec;
-  const json::value v = json::parse(r.body, ec);
-  if (r.status != 200 || ec || !v.is_object())
-    throw std::runtime_error("/v1/models answered " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
-  const auto* data = v.as_object().if_contains("data");
-  if (!data || !data->is_array() || data->as_array().empty() || !data->as_array().front().is_object())
-    throw std::runtime_error("/v1/models lists no model");
-  return data->as_array().front().as_object();
-}
-
-int run_plot(const std::string& script, const std::string& json_path, const std::string& png) {
-  std::vector<std::string> argv_s = {"python3", script, json_path, png};
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (int err = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ); err != 0) {
-    std::cerr << "inferctl bench serve: cannot run python3: " << std::strerror(err) << "\n";
-    return 1;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::cerr << "inferctl bench serve: " << script << " failed; the JSON is in " << json_path << "\n";
-    return 1;
-  }
-  std::cerr << "plot: " << png << "\n";
-  return 0;
-}
-
 }  // namespace
 
 int cmd_bench_serve(const Args& args) {
@@ -403,8 +167,8 @@ int cmd_bench_serve(const Args& args) {
     return 0;
   }
   const Options o = parse_options(args);
-  wait_ready(o);
-  const json::object model = served_model(o);
+  wait_ready(o.url, o.ready_timeout);
+  const json::object model = served_model(o.url, o.api_key);
   const std::string model_id = model.contains("id") && model.at("id").is_string() ? std::string(model.at("id").as_string()) : "";
 
   // One short request first: it fails fast on a misconfigured daemon and keeps
@@ -441,29 +205,9 @@ int cmd_bench_serve(const Args& args) {
         {"requests_per_level", o.requests_per_level > 0 ? json::value(o.requests_per_level)
                                                         : json::value("2x concurrency, at least 4")}}},
       {"levels", levels}};
-  const std::string text = json::serialize(out) + "\n";
-
-  std::string json_path = o.out;
-  if (!o.out.empty()) {
-    std::ofstream f(o.out);
-    if (!(f << text)) throw std::runtime_error("cannot write " + o.out);
-  } else {
-    std::cout << text << std::flush;
-  }
-  int rc = ok > 0 ? 0 : 1;  // every request failing is a broken run, not a measurement
-  if (!o.plot.empty()) {
-    if (json_path.empty()) {  // the plot script reads a file
-      char tmpl[] = "/tmp/inferctl-bench-serve-XXXXXX.json";
-      const int fd = mkstemps(tmpl, 5);
-      if (fd < 0) throw std::runtime_error("cannot create a temporary file for the plot");
-      close(fd);
-      json_path = tmpl;
-      std::ofstream(json_path) << text;
-    }
-    if (run_plot(o.plot_script, json_path, o.plot) != 0) rc = 1;
-    if (o.out.empty() && rc == 0) std::remove(json_path.c_str());
-  }
-  return rc;
+  // Every request failing is a broken run, not a measurement.
+  const int rc = write_and_plot("inferctl bench serve", out, o.out, o.plot, o.plot_script);
+  return ok > 0 ? rc : 1;
 }
 
 }  // namespace inferd::tools

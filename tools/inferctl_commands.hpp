@@ -94,6 +94,7 @@ inline std::string default_model_path() {
 
 int cmd_bench_engine(const Args& args);
 int cmd_bench_serve(const Args& args);
+int cmd_bench_single(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_warmup(const Args& args);
 

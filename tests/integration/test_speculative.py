@@ -7,10 +7,11 @@ import concurrent.futures
 import json
 import re
 import subprocess
+import tempfile
 
 import pytest
 
-from conftest import INFERD, default_model, metric
+from conftest import INFERCTL, INFERD, default_model, metric
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2})
 
@@ -109,3 +110,37 @@ def test_speculation_with_tensor_parallelism_is_refused():
     r = run_inferd(["--speculative-config", SPEC, "--tensor-parallel-size", "2", "--nnodes", "2"])
     assert r.returncode == 2, r.stderr
     assert "--speculative-config: speculative decoding is not supported with tensor_parallel_size > 1" in r.stderr
+
+
+def test_the_single_request_bench_reports_ttft_decode_and_acceptance(start_daemon):
+    d = start_daemon(["--model", default_model(), "--speculative-config", SPEC, "--no-warmup"])
+    _, draft_tokens0, accepted0, _ = spec_metrics(d)
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        r = subprocess.run([str(INFERCTL), "bench", "single", "--url", d.url, "--trials", "2", "--max-tokens", "24",
+                            "--workloads", "count,prose", "--out", out.name],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        run = json.load(open(out.name))
+    _, draft_tokens, accepted, _ = spec_metrics(d)
+    assert [w["workload"] for w in run["workloads"]] == ["count", "prose"]
+    for w in run["workloads"]:
+        assert w["ok"] == 2 and w["failed"] == 0 and len(w["trials"]) == 2, w
+        assert w["max_tokens"] == 24
+        assert 0 < w["median_ttft_s"] < 60 and w["median_decode_tokens_per_s"] > 0, w
+        for t in w["trials"]:
+            assert 0 < t["completion_tokens"] <= 24 and t["prompt_tokens"] > 10, t
+            if t["draft_tokens"]:
+                assert t["acceptance"] == t["accepted_tokens"] / t["draft_tokens"]
+    assert "exact" in run["workloads"][0]["trials"][0]  # a count cut at 24 tokens is not the exact answer
+    assert run["workloads"][0]["exact_outputs"] == 0
+    # The drafts it counted are the daemon's own, trial by trial (the untimed first request aside).
+    counted = sum(t["draft_tokens"] for w in run["workloads"] for t in w["trials"])
+    assert counted <= draft_tokens - draft_tokens0
+    assert sum(t["accepted_tokens"] for w in run["workloads"] for t in w["trials"]) <= accepted - accepted0
+    assert counted > 0, "the count and prose prompts drafted nothing"
+
+
+def test_the_single_request_bench_refuses_an_unknown_workload():
+    r = subprocess.run([str(INFERCTL), "bench", "single", "--workloads", "count,poems"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2 and "--workloads: unknown workload 'poems'" in r.stderr, r.stderr
