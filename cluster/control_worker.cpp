@@ -98,19 +98,21 @@ void ControlWorker::on_message(json::object m) {
     const int generation = m.contains("generation") ? json::value_to<int>(m.at("generation")) : 0;
     spdlog::warn("control plane: the head re-forms the group as generation {}", generation);
     orders_.clear();
-    orders_.push_back(Order{{}, generation});
+    Order o;
+    o.reform = generation;
+    orders_.push_back(std::move(o));
     generation_ = generation;
     if (opts_.on_reform) opts_.on_reform(generation);
   } else if (t == "coverage") {
     Order o;
     o.coverage = m.contains("what") && m.at("what").is_string() ? std::string(m.at("what").as_string()) : "";
-    o.round = m.contains("round") && m.at("round").is_uint64() ? m.at("round").as_uint64()
-              : m.contains("round") && m.at("round").is_int64() ? static_cast<uint64_t>(m.at("round").as_int64())
-                                                               : 0;
+    o.round = m.contains("round") ? json::value_to<uint64_t>(m.at("round")) : 0;
     if (o.coverage == "reset" || o.coverage == "report") orders_.push_back(std::move(o));
   } else if (t == "plan") {
     try {
-      orders_.push_back(Order{plan_from_json(m), -1});
+      Order o;
+      o.plan = plan_from_json(m);
+      orders_.push_back(std::move(o));
     } catch (const std::exception& e) {
       spdlog::error("control plane: {}", e.what());
       gone_ = true;
