@@ -15,6 +15,7 @@ void Scheduler::add(SeqSpec spec) {
   const SeqId id = spec.id;
   Seq s;
   s.tokens = spec.prompt;
+  s.pace = DraftPace(limits_.num_speculative_tokens);
   const bool first = spec.priority;
   s.spec = std::move(spec);
   seqs_.emplace(id, std::move(s));
@@ -49,13 +50,13 @@ void Scheduler::put(StepPlan& plan, Seq& s, int n, std::vector<int32_t> drafts) 
   plan.seqs.push_back(std::move(ss));
 }
 
-// The drafts a decoding sequence carries this step: no more than the token
-// budget left after its own token, than it may still generate past this step's
-// token, or than fit before max_model_len (the last fed position stays below
-// max_model_len - 1, as without drafts).
-std::vector<int32_t> Scheduler::drafts_for(const Seq& s, int budget) {
+// The drafts a decoding sequence carries this step: no more than its pace
+// allows, than the token budget left after its own token, than it may still
+// generate past this step's token, or than fit before max_model_len (the last
+// fed position stays below max_model_len - 1, as without drafts).
+std::vector<int32_t> Scheduler::drafts_for(Seq& s, int budget) {
   if (proposer_ == nullptr || !s.spec.speculate) return {};
-  const int room = std::min({limits_.num_speculative_tokens, budget - 1, s.spec.max_tokens - s.n_generated() - 1,
+  const int room = std::min({s.pace.next(), budget - 1, s.spec.max_tokens - s.n_generated() - 1,
                              limits_.max_model_len - static_cast<int>(s.tokens.size()) - 1});
   if (room <= 0) return {};
   const DraftRequest req{s.spec.id, s.tokens, room};
@@ -173,6 +174,7 @@ std::vector<TokenOutcome> Scheduler::update(const StepPlan& plan, std::span<cons
     // The accepted drafts' K/V stay; positions past them are written again next step.
     const auto mine = std::count_if(sampled.begin(), sampled.end(), [&](const auto& t) { return t.seq == ss.seq; });
     const int accepted = std::clamp(static_cast<int>(mine) - 1, 0, static_cast<int>(ss.num_drafts));
+    if (!sampled.empty()) s.pace.record(ss.num_drafts, accepted);
     s.n_computed += static_cast<int>(ss.tokens.size()) - ss.num_drafts + accepted;
     kv_.trim(ss.seq, s.n_computed);
     verified.push_back(ss.seq);

@@ -18,6 +18,7 @@
 
 #include "engine/kv/kv_cache_manager.hpp"
 #include "engine/sched/step_plan.hpp"
+#include "engine/spec/draft_pace.hpp"
 #include "engine/spec/proposer.hpp"
 
 namespace inferd::engine {
@@ -92,13 +93,14 @@ class Scheduler {
     int n_computed = 0;
     int cached_tokens = 0;
     bool looked_up = false;  // prefix cache consulted for its first admission
+    DraftPace pace{0};       // how many drafts its decode steps carry (with a proposer)
     int pending() const { return static_cast<int>(tokens.size()) - n_computed; }
     int n_generated() const { return static_cast<int>(tokens.size() - spec.prompt.size()); }
   };
   bool make_room(SeqId seq, int total_tokens, StepPlan& plan);
   void preempt(SeqId victim, StepPlan& plan);
   void put(StepPlan& plan, Seq& s, int n, std::vector<int32_t> drafts = {});
-  std::vector<int32_t> drafts_for(const Seq& s, int budget);
+  std::vector<int32_t> drafts_for(Seq& s, int budget);
   void fit_logits_rows(StepPlan& plan);
 
   SchedulerLimits limits_;

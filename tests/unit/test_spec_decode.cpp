@@ -182,6 +182,70 @@ TEST_SUITE("speculative decoding") {
       CHECK(s.schedule().seqs[0].num_drafts == 0);
     }
   }
+
+  TEST_CASE("draft pace: one more than were accepted, back to the most on full acceptance, pauses that double") {
+    DraftPace pace(5);
+    CHECK(pace.next() == 5);
+    pace.record(5, 2);  // two kept: three next
+    CHECK(pace.next() == 3);
+    pace.record(3, 3);
+    CHECK(pace.next() == 4);
+    pace.record(4, 4);
+    pace.record(5, 5);
+    CHECK(pace.next() == 5);  // never above the most
+    pace.record(5, 0);        // a miss: one draft next
+    CHECK(pace.next() == 1);
+    pace.record(1, 0);  // two misses in a row: a pause of one step
+    CHECK(pace.next() == 0);
+    CHECK(pace.next() == 1);
+    pace.record(1, 0);
+    pace.record(1, 0);  // again: the pause doubles
+    CHECK(pace.next() == 0);
+    CHECK(pace.next() == 0);
+    CHECK(pace.next() == 1);
+    pace.record(1, 1);  // a kept draft ends the back-off
+    CHECK(pace.next() == 2);
+    pace.record(2, 0);
+    pace.record(1, 0);
+    CHECK(pace.next() == 0);
+    CHECK(pace.next() == 1);
+    pace.record(0, 0);  // nothing drafted: nothing learnt
+    CHECK(pace.next() == 1);
+    // However long the misses go on, a pause ends within kLongestPause steps.
+    for (int i = 0; i < 40; ++i) {
+      int paused = 0;
+      while (pace.next() == 0) ++paused;
+      CHECK(paused <= DraftPace::kLongestPause);
+      pace.record(1, 0);
+    }
+  }
+
+  TEST_CASE("scheduler: a sequence whose drafts are rejected carries fewer, then none for a while") {
+    KvCacheManager kv(64, 4, true);
+    FixedProposer prop;
+    prop.drafts = {50, 51, 52, 53};
+    Scheduler s({4, 64, 256, 4}, kv, &prop);
+    s.add(spec_seq(1, 10, 100));
+    run(s, s.schedule());
+    std::vector<int> carried;
+    for (int step = 0; step < 6; ++step) {
+      const StepPlan p = s.schedule();
+      carried.push_back(p.seqs[0].num_drafts);
+      run(s, p, {8});  // the target disagrees with the first draft every time
+    }
+    // 3 drafts (the logits rows allow no more), then 1 (two misses in a row), a
+    // step without, 1, 1 (two more), a pause of two.
+    CHECK(carried == std::vector<int>{3, 1, 0, 1, 1, 0});
+    // Accepting again grows them back.
+    const StepPlan p = s.schedule();  // the pause's second step
+    CHECK(p.seqs[0].num_drafts == 0);
+    run(s, p);
+    run(s, s.schedule());
+    StepPlan q = s.schedule();
+    REQUIRE(q.seqs[0].num_drafts == 1);
+    run(s, q, {50, 8});  // the draft kept
+    CHECK(s.schedule().seqs[0].num_drafts == 2);
+  }
 }
 
 namespace {
