@@ -96,6 +96,7 @@ int cmd_bench_engine(const Args& args);
 int cmd_bench_serve(const Args& args);
 int cmd_bench_single(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_proof(const Args& args);
 int cmd_warmup(const Args& args);
 
 }  // namespace inferd::tools

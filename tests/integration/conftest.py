@@ -119,6 +119,7 @@ class Daemon:
             self.admin_key_file = admin_key_file(self.admin_key)
             cmd += ["--admin-api-key-file", self.admin_key_file]
         cmd += (SMALL_SHAPES if small_shapes else []) + list(args)
+        self.cmd = cmd  # as started, for tests that start it again themselves
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
         if wait_state is not None:
             try:

@@ -1,0 +1,398 @@
+// `inferctl proof`: the gates a deployment must pass before it is called good,
+// run against a running daemon after every deploy. Each gate checks one thing
+// end to end through the daemon's own API; a table goes to stdout, JSON to
+// --out, and the exit status is 1 when any gate failed.
+//   readiness     Serving, the last warm-up passed covering every shape key, no cold shape since
+//   probe         the supervisor's generation probe answers its golden text
+//   long_context  a nonce buried in filler that fills the context is returned exactly
+//   restart       --restart-command (or systemctl restart --systemd-unit) brings it back
+//                 Serving with a new process, the probe passing, no error lines after its baseline
+//   integrity     the model's checksum manifest verified (models without one: skipped)
+//   memory        MemAvailable above the shed floor and memory pressure (PSI some avg10)
+//                 within --max-memory-psi, sampled before and after every other gate
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "tools/bench_http.hpp"
+#include "tools/http_client.hpp"
+#include "tools/inferctl_commands.hpp"
+
+extern char** environ;
+
+namespace inferd::tools {
+namespace {
+
+namespace json = boost::json;
+
+constexpr const char* kUsage =
+    "usage: inferctl proof [--url http://127.0.0.1:8000] [--api-key KEY]\n"
+    "         [--admin-url URL] [--admin-api-key KEY]\n"
+    "         [--gates readiness,probe,long_context,restart,integrity,memory]\n"
+    "         [--restart-command CMD | --systemd-unit UNIT] [--max-memory-psi PERCENT]\n"
+    "         [--ready-timeout SECONDS] [--timeout SECONDS] [--out FILE]\n"
+    "Runs each gate against a running daemon, prints a table, writes JSON to --out and\n"
+    "exits 1 when a gate failed (2 on bad flags). Gates:\n"
+    "  readiness     state Serving; the last warm-up passed with every shape key covered;\n"
+    "                no cold shape since\n"
+    "  probe         the generation probe (POST /admin/probe at --admin-url) passes\n"
+    "  long_context  a nonce in filler that fills the context to within 64 tokens of\n"
+    "                max_model_len is returned exactly; prompt_tokens is reported\n"
+    "  restart       runs --restart-command with /bin/sh (or `systemctl restart UNIT`),\n"
+    "                then: ready within --ready-timeout, a new process (uptime reset),\n"
+    "                the probe passes, no error lines after the new baseline. Without\n"
+    "                either flag the gate fails, naming them.\n"
+    "  integrity     the checksum manifest of a checkpoint; a GGUF file has none: skipped\n"
+    "  memory        MemAvailable above the daemon's shed floor and memory PSI some avg10\n"
+    "                at most --max-memory-psi (10), sampled around every gate\n"
+    "Admin routes are asked at --admin-url (default --url; the admin listener needs no key)\n"
+    "with --admin-api-key when the daemon has one.\n";
+
+const std::vector<std::string> kGates = {"readiness", "probe", "long_context", "restart", "integrity", "memory"};
+
+struct Options {
+  Url url, admin_url;
+  std::string api_key, admin_api_key;
+  std::vector<std::string> gates;
+  std::string restart_command;
+  double max_memory_psi = 10;
+  std::chrono::milliseconds ready_timeout{}, timeout{};
+  std::string out;
+};
+
+Options parse_options(const Args& args) {
+  args.allow_only({"url", "api-key", "admin-url", "admin-api-key", "gates", "restart-command", "systemd-unit",
+                   "max-memory-psi", "ready-timeout", "timeout", "out", "help"});
+  if (!args.positional.empty())
+    throw std::invalid_argument("unexpected argument '" + args.positional[0] + "' (see --help)");
+  for (const char* f : {"url", "api-key", "admin-url", "admin-api-key", "gates", "restart-command", "systemd-unit", "out"})
+    if (args.has(f) && args.get(f, "") == "true") throw std::invalid_argument(std::string("--") + f + ": missing value");
+  Options o;
+  o.url = parse_url(args.get("url", "http://127.0.0.1:8000"));
+  o.admin_url = args.has("admin-url") ? parse_url(args.get("admin-url", "")) : o.url;
+  o.api_key = args.get("api-key", "");
+  o.admin_api_key = args.get("admin-api-key", "");
+  o.gates = args.get_list("gates", kGates);
+  for (const auto& g : o.gates)
+    if (std::find(kGates.begin(), kGates.end(), g) == kGates.end())
+      throw std::invalid_argument("--gates: unknown gate '" + g +
+                                  "' (readiness, probe, long_context, restart, integrity, memory)");
+  if (args.has("restart-command") && args.has("systemd-unit"))
+    throw std::invalid_argument("--restart-command and --systemd-unit: give one of them");
+  o.restart_command = args.has("systemd-unit") ? "systemctl restart '" + args.get("systemd-unit", "") + "'"
+                                               : args.get("restart-command", "");
+  o.max_memory_psi = args.get_double("max-memory-psi", 10);
+  if (!(o.max_memory_psi >= 0 && o.max_memory_psi <= 100))
+    throw std::invalid_argument("--max-memory-psi: expected a percentage from 0 to 100");
+  o.ready_timeout = std::chrono::milliseconds(std::lround(positive_double(args, "ready-timeout", 300) * 1000));
+  o.timeout = std::chrono::milliseconds(std::lround(positive_double(args, "timeout", 600) * 1000));
+  o.out = args.get("out", "");
+  return o;
+}
+
+struct Gate {
+  std::string name;
+  std::string result;  // "pass", "FAIL" or "skipped"
+  std::string detail;
+  double seconds = 0;
+  json::object data;
+};
+
+Gate pass(std::string detail, json::object data = {}) { return {"", "pass", std::move(detail), 0, std::move(data)}; }
+Gate fail(std::string detail, json::object data = {}) { return {"", "FAIL", std::move(detail), 0, std::move(data)}; }
+
+json::value parse_body(const HttpReply& r) {
+  json::error_code ec;
+  json::value v = json::parse(r.body, ec);
+  return ec ? json::value(nullptr) : v;
+}
+
+std::string fmt(double x, int digits = 0) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+// --- readiness -------------------------------------------------------------
+
+Gate readiness(const Options& o) {
+  const HttpReply r = http_request(o.url, "GET", "/health/ready", {}, std::chrono::seconds(10));
+  const json::value v = parse_body(r);
+  const std::string state = v.is_object() && v.as_object().contains("state") && v.at("state").is_string()
+                                ? std::string(v.at("state").as_string())
+                                : "unknown";
+  const double total = metric_sum(o.url, "inferd_warmup_keys_total").value_or(0);
+  const double covered = metric_sum(o.url, "inferd_warmup_keys_covered").value_or(0);
+  const double cold = metric_sum(o.url, "inferd_cold_shapes_total").value_or(0);
+  json::object data{{"state", state}, {"warmup_keys_total", total}, {"warmup_keys_covered", covered},
+                    {"cold_shapes", cold}};
+  const std::string keys = fmt(covered) + "/" + fmt(total) + " shape keys warmed, " + fmt(cold) + " cold shapes";
+  if (r.status != 200 || state != "Serving") return fail("state " + state + " (/health/ready " + std::to_string(r.status) + ")", data);
+  if (total <= 0) return fail("no warm-up has run (inferd_warmup_keys_total 0): start without --no-warmup", data);
+  if (covered < total) return fail(keys + ": the warm-up did not cover every key", data);
+  if (cold > 0) return fail(keys + ": traffic reached shapes the warm-up missed", data);
+  return pass("Serving; " + keys, data);
+}
+
+// --- probe -----------------------------------------------------------------
+
+Gate probe(const Options& o) {
+  const HttpReply r = http_request(o.admin_url, "POST", "/admin/probe", {}, std::chrono::seconds(120), o.admin_api_key);
+  const json::value v = parse_body(r);
+  if (r.status == 401 || r.status == 403)
+    return fail("/admin/probe answered " + std::to_string(r.status) + ": give --admin-api-key or --admin-url");
+  // A failed probe answers 503 with the same report.
+  if (!v.is_object() || !v.as_object().contains("ok"))
+    return fail("/admin/probe answered " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
+  const auto& p = v.as_object();
+  json::object data{{"answer", p.contains("text") ? p.at("text") : json::value(nullptr)},
+                    {"probe_seconds", p.contains("seconds") ? p.at("seconds") : json::value(nullptr)}};
+  const bool ok = p.contains("ok") && p.at("ok").is_bool() && p.at("ok").as_bool();
+  const std::string reason = p.contains("reason") && p.at("reason").is_string() ? std::string(p.at("reason").as_string()) : "";
+  if (!ok) return fail("the generation probe failed: " + reason, data);
+  return pass("the generation probe answered its golden text", data);
+}
+
+// --- long context ------------------------------------------------------------
+
+int count_tokens(const Options& o, const std::string& text) {
+  const HttpReply r = http_request(o.url, "POST", "/tokenize", json::serialize(json::object{{"prompt", text}}),
+                                   std::chrono::seconds(60), o.api_key);
+  const json::value v = parse_body(r);
+  if (r.status != 200 || !v.is_object() || !v.as_object().contains("tokens") || !v.at("tokens").is_array())
+    throw std::runtime_error("/tokenize answered " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
+  return static_cast<int>(v.at("tokens").as_array().size());
+}
+
+Gate long_context(const Options& o, int max_model_len) {
+  static const char* kFiller[] = {
+      "The river flows past the old mill and the fields beyond it.",
+      "Farmers bring their grain to the market every Tuesday morning.",
+      "The weather in the valley is mild for most of the year.",
+      "Children walk to the village school along the northern road.",
+      "A small bridge crosses the stream near the church.",
+  };
+  std::mt19937 rng(std::random_device{}());
+  const std::string nonce = std::to_string(1000 + rng() % 9000) + "-" + std::to_string(1000 + rng() % 9000);
+  const std::string question = "\n\nWhat is the secret key? Answer with the key only.";
+  constexpr int kAnswerTokens = 24, kMargin = 64;  // the answer and the chat template's tokens
+  const int target = max_model_len - kMargin - kAnswerTokens;
+  // n filler sentences with the key's sentence in the middle, then the question.
+  auto build = [&](int n) {
+    std::string t;
+    for (int i = 0; i < n; ++i) {
+      if (i == n / 2) t += "The secret key is " + nonce + ". ";
+      t += kFiller[i % 5];
+      t += ' ';
+    }
+    return t + question;
+  };
+  // Sized with the daemon's own tokenizer: a first guess from 16 sentences, then
+  // down in steps until it fits and up one sentence at a time while it does.
+  const int per16 = count_tokens(o, build(16));
+  int n = std::max(1, 16 * target / std::max(per16, 1));
+  for (int guard = 0; count_tokens(o, build(n)) > target; ++guard) {
+    if (n == 1 || guard > 200) return fail("max_model_len " + std::to_string(max_model_len) + " leaves no room for the filler");
+    n = std::max(1, n - std::max(1, n / 50));
+  }
+  for (int guard = 0; guard < 200 && count_tokens(o, build(n + 1)) <= target; ++guard) ++n;
+  const std::string prompt = build(n);
+  const json::object body{{"messages", json::array{json::object{{"role", "user"}, {"content", prompt}}}},
+                          {"max_tokens", kAnswerTokens},
+                          {"temperature", 0.0}};
+  const HttpReply r =
+      http_request(o.url, "POST", "/v1/chat/completions", json::serialize(body), o.timeout, o.api_key);
+  const json::value v = parse_body(r);
+  if (r.status != 200 || !v.is_object()) return fail("the request answered " + std::to_string(r.status) + ": " + r.body.substr(0, 200));
+  const auto& c = v.at("choices").as_array().at(0).at("message").as_object();
+  const std::string answer = c.contains("content") && c.at("content").is_string() ? std::string(c.at("content").as_string()) : "";
+  const auto prompt_tokens = v.at("usage").at("prompt_tokens").to_number<int64_t>();
+  json::object data{{"nonce", nonce}, {"answer", answer}, {"prompt_tokens", prompt_tokens},
+                    {"max_model_len", max_model_len}};
+  const std::string where = std::to_string(prompt_tokens) + " prompt tokens of " + std::to_string(max_model_len);
+  if (answer.find(nonce) == std::string::npos) return fail("the key " + nonce + " was not returned (" + where + "): '" + answer + "'", data);
+  return pass("the key came back exactly from " + where, data);
+}
+
+// --- restart -----------------------------------------------------------------
+
+int run_shell(const std::string& command) {
+  std::vector<std::string> argv_s = {"/bin/sh", "-c", command};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Error lines (NCCL, UCX, CUDA, ibverbs, OOM) the daemon logged since it took its baseline.
+double error_lines_after_baseline(const Options& o) {
+  double n = 0;
+  for (const char* c : {"nccl", "ucx", "cuda", "ibverbs", "oom"})
+    n += metric_sum(o.url, std::string("inferd_log_lines_total{category=\"") + c + "\",baseline=\"after\"}").value_or(0);
+  return n;
+}
+
+Gate restart(const Options& o) {
+  if (o.restart_command.empty())
+    return fail("no way to restart the daemon: give --systemd-unit UNIT or --restart-command CMD");
+  const double uptime_before = metric_sum(o.url, "inferd_uptime_seconds").value_or(0);
+  const auto start = BenchClock::now();
+  if (const int rc = run_shell(o.restart_command); rc != 0)
+    return fail("`" + o.restart_command + "` exited with " + std::to_string(rc));
+  // A command may return before the old process has gone: wait until a new one answers.
+  std::optional<double> uptime;
+  const auto deadline = start + o.ready_timeout;
+  for (;;) {
+    try {
+      const double u = metric_sum(o.url, "inferd_uptime_seconds").value_or(1e300);
+      if (u < uptime_before + seconds(BenchClock::now() - start) - 0.5) {
+        uptime = u;
+        break;
+      }
+    } catch (const std::runtime_error&) {  // not listening yet
+    }
+    if (BenchClock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  if (!uptime) return fail("no new process answered within " + fmt(o.ready_timeout.count() / 1000.0) + " s of the restart");
+  wait_ready(o.url, std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::max(deadline - BenchClock::now(), BenchClock::duration(std::chrono::seconds(1)))));
+  const double to_ready = seconds(BenchClock::now() - start);
+  Gate p = probe(o);
+  const double errors = error_lines_after_baseline(o);
+  json::object data{{"command", o.restart_command}, {"ready_after_s", to_ready}, {"probe", p.result},
+                    {"error_lines_after_baseline", errors}};
+  if (p.result != "pass") return fail("restarted and ready in " + fmt(to_ready, 1) + " s, but " + p.detail, data);
+  if (errors > 0) return fail(fmt(errors) + " error lines after the restarted daemon's baseline", data);
+  return pass("ready again " + fmt(to_ready, 1) + " s after the restart; probe passed; no error lines", data);
+}
+
+// --- integrity -----------------------------------------------------------------
+
+Gate integrity(const json::object& model) {
+  const std::string root = model.contains("root") && model.at("root").is_string() ? std::string(model.at("root").as_string()) : "";
+  if (root.ends_with(".gguf"))
+    return {"", "skipped", "a GGUF file carries no checksum manifest (" + root + ")", 0, {{"model", root}}};
+  return fail("this daemon does not report a checkpoint integrity check for " + (root.empty() ? "its model" : root));
+}
+
+// --- memory ----------------------------------------------------------------------
+
+struct MemorySample {
+  double available = 0, floor = 0, psi = 0;
+};
+
+MemorySample sample_memory(const Options& o) {
+  return {metric_sum(o.url, "inferd_mem_available_bytes").value_or(-1),
+          metric_sum(o.url, "inferd_mem_shed_floor_bytes").value_or(0),
+          metric_sum(o.url, "inferd_psi_percent{resource=\"memory\",kind=\"some\",window=\"avg10\"}").value_or(0)};
+}
+
+Gate memory(const Options& o, const std::vector<MemorySample>& samples) {
+  double least = 1e300, most_psi = 0;
+  std::string broke;
+  for (const auto& s : samples) {
+    least = std::min(least, s.available);
+    most_psi = std::max(most_psi, s.psi);
+    if (broke.empty() && s.available >= 0 && s.available < s.floor)
+      broke = "MemAvailable " + fmt(s.available / (1 << 20)) + " MiB below the shed floor " + fmt(s.floor / (1 << 20)) + " MiB";
+    if (broke.empty() && s.psi > o.max_memory_psi)
+      broke = "memory pressure some avg10 " + fmt(s.psi, 2) + "% above " + fmt(o.max_memory_psi, 2) + "%";
+  }
+  json::object data{{"samples", samples.size()}, {"least_mem_available_bytes", least}, {"most_memory_psi_some_avg10", most_psi}};
+  if (samples.empty() || least < 0) return fail("the daemon exports no MemAvailable (is its supervisor off?)", data);
+  if (!broke.empty()) return fail(broke, data);
+  return pass("MemAvailable at least " + fmt(least / (1 << 30), 2) + " GiB, memory PSI at most " + fmt(most_psi, 2) + "% over " +
+                  std::to_string(samples.size()) + " samples",
+              data);
+}
+
+bool wants(const Options& o, const std::string& gate) {
+  return std::find(o.gates.begin(), o.gates.end(), gate) != o.gates.end();
+}
+
+}  // namespace
+
+int cmd_proof(const Args& args) {
+  if (args.has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const Options o = parse_options(args);
+  wait_ready(o.url, o.ready_timeout);
+  const json::object model = served_model(o.url, o.api_key);
+  const int max_model_len =
+      model.contains("max_model_len") && model.at("max_model_len").is_int64() ? static_cast<int>(model.at("max_model_len").as_int64()) : 0;
+
+  std::vector<Gate> gates;
+  std::vector<MemorySample> mem;
+  auto sample = [&] {
+    try {
+      mem.push_back(sample_memory(o));
+    } catch (const std::runtime_error&) {  // the daemon is restarting
+    }
+  };
+  sample();
+  auto run = [&](const std::string& name, auto&& fn) {
+    if (!wants(o, name)) return;
+    const auto start = BenchClock::now();
+    Gate g;
+    try {
+      g = fn();
+    } catch (const std::exception& e) {
+      g = fail(e.what());
+    }
+    g.name = name;
+    g.seconds = seconds(BenchClock::now() - start);
+    gates.push_back(std::move(g));
+    sample();
+  };
+  run("readiness", [&] { return readiness(o); });
+  run("probe", [&] { return probe(o); });
+  run("long_context", [&] {
+    if (max_model_len <= 0) return fail("/v1/models reports no max_model_len");
+    return long_context(o, max_model_len);
+  });
+  run("integrity", [&] { return integrity(model); });
+  run("restart", [&] { return restart(o); });  // last but memory: what follows meets the new process
+  run("memory", [&] { return memory(o, mem); });
+
+  int failed = 0;
+  json::array rows;
+  std::printf("%-13s %-7s %8s  %s\n", "gate", "result", "seconds", "detail");
+  for (const auto& g : gates) {
+    failed += g.result == "FAIL";
+    std::printf("%-13s %-7s %8.1f  %s\n", g.name.c_str(), g.result.c_str(), g.seconds, g.detail.c_str());
+    rows.push_back(json::object{{"gate", g.name}, {"result", g.result}, {"detail", g.detail}, {"seconds", g.seconds}, {"data", g.data}});
+  }
+  std::printf("%s: %d of %zu gates failed\n", failed ? "FAILED" : "PASSED", failed, gates.size());
+  std::fflush(stdout);
+  if (!o.out.empty()) {
+    const json::object doc{{"proof", "inferctl proof"},
+                           {"date", utc_now()},
+                           {"url", o.url.text()},
+                           {"machine", machine()},
+                           {"model", model},
+                           {"passed", failed == 0},
+                           {"gates", rows}};
+    if (write_and_plot("inferctl proof", doc, o.out, "", "") != 0) return 1;
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace inferd::tools
