@@ -10,6 +10,7 @@ namespace inferd::tools {
 
 int cmd_status(const Args& args);  // status.cpp
 int cmd_bench(const Args& args);   // bench.cpp
+int cmd_fabric(const Args& args);  // fabric.cpp
 
 namespace {
 
@@ -24,6 +25,7 @@ constexpr Command kCommands[] = {
     {"warmup", "print the warm-up plan (--plan) or re-run it on a running daemon", cmd_warmup},
     {"generate", "one prompt through the embedded engine, streamed to stdout", cmd_generate},
     {"bench", "benchmarks with JSON output: engine alone, or a daemon over HTTP", cmd_bench},
+    {"fabric", "the RDMA ports this node sees and the pre-flight's choice for a master", cmd_fabric},
 };
 
 void usage(std::ostream& out) {

@@ -1,0 +1,80 @@
+"""The fabric pre-flight: `inferctl fabric` on recorded sysfs trees
+(tests/fabric/) and on this machine's own /sys."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import INFERCTL, SRC
+
+TREES = SRC / "tests" / "fabric"
+FABRIC_VARS = ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
+               "UCX_MEM_MMAP_HOOK_MODE", "UCX_RCACHE_MAX_UNRELEASED"]
+
+
+def fabric(*args, env=None):
+    full_env = {k: v for k, v in os.environ.items() if k not in FABRIC_VARS}
+    full_env.update(env or {})
+    return subprocess.run([str(INFERCTL), "fabric", *args], capture_output=True, text=True, timeout=30, env=full_env)
+
+
+def test_the_choice_from_a_recorded_tree_and_the_variables_it_exports():
+    r = fabric("--sysfs-root", str(TREES / "two-ports"), "--master-addr", "10.0.0.1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "mlx5_0 port 1: ACTIVE (LinkUp), Ethernet, 200 Gb/sec (4X HDR)" in r.stdout
+    assert "choice: interface ens1f0np0, device mlx5_0 port 1, RoCE v2 GID index 3 (10.0.0.5" in r.stdout
+    for line in ["NCCL_SOCKET_IFNAME=ens1f0np0 (unset: inferd exports it)", "GLOO_SOCKET_IFNAME=ens1f0np0 (unset: inferd exports it)",
+                 "NCCL_IB_HCA=mlx5_0:1 (unset: inferd exports it)", "NCCL_IB_GID_INDEX=3 (unset: inferd exports it)",
+                 "UCX_MEM_MMAP_HOOK_MODE=none (unset: inferd exports it)", "UCX_RCACHE_MAX_UNRELEASED=1024 (unset: inferd exports it)"]:
+        assert line in r.stdout
+
+
+def test_two_nodes_resolve_their_own_interface_and_index_from_the_same_master():
+    a = fabric("--sysfs-root", str(TREES / "two-ports"), "--master-addr", "10.0.0.1")
+    b = fabric("--sysfs-root", str(TREES / "node-b"), "--master-addr", "10.0.0.1")
+    assert a.returncode == 0 and b.returncode == 0, a.stdout + b.stdout
+    assert "choice: interface ens1f0np0, device mlx5_0 port 1, RoCE v2 GID index 3 (10.0.0.5" in a.stdout
+    assert "choice: interface enp65s0f1np1, device mlx5_1 port 1, RoCE v2 GID index 7 (10.0.0.6" in b.stdout
+
+
+def test_a_down_port_is_refused_with_exit_1_naming_device_and_port():
+    r = fabric("--sysfs-root", str(TREES / "port-down"), "--master-addr", "10.1.0.1")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "refused: mlx5_1 port 1: port is DOWN (physical state Disabled)" in r.stdout
+
+
+def test_an_operator_gid_index_on_a_roce_v1_entry_names_the_v2_index():
+    r = fabric("--sysfs-root", str(TREES / "two-ports"), "--master-addr", "10.0.0.1",
+               env={"NCCL_IB_GID_INDEX": "2", "NCCL_IB_HCA": "mlx5_0"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "NCCL_IB_GID_INDEX=2 (set by the operator; WRONG, the fabric says 3)" in r.stdout
+    assert "NCCL_IB_HCA=mlx5_0 (set by the operator; agrees)" in r.stdout
+    assert ("refused: NCCL_IB_GID_INDEX=2 points at the IB/RoCE v1 entry for 10.0.0.5 on mlx5_0 port 1; "
+            "index 3 is the RoCE v2 entry for 10.0.0.5") in r.stdout
+
+
+def test_after_a_reboot_the_index_follows_the_address():
+    r = fabric("--sysfs-root", str(TREES / "rebooted"), "--master-addr", "10.0.0.1")
+    assert r.returncode == 0, r.stdout
+    assert "RoCE v2 GID index 5 (10.0.0.5" in r.stdout
+
+
+def test_no_devices_is_one_line_and_success():
+    r = fabric("--sysfs-root", str(TREES / "no-devices"), "--master-addr", "10.0.0.1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "no RDMA devices; collectives over TCP\n"
+
+
+@pytest.mark.skipif(os.path.exists("/sys/class/infiniband"), reason="this machine has RDMA devices")
+def test_the_live_path_asks_libibverbs_and_finds_no_devices_here():
+    r = fabric("--master-addr", "10.0.0.1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.endswith("no RDMA devices; collectives over TCP\n")
+    assert r.stdout.startswith("libibverbs: ")  # "no RDMA devices listed", or "not in this build"
+
+
+def test_bad_flags_and_a_missing_root_are_clear_errors():
+    r = fabric("--sysfs-roto", "/tmp")
+    assert r.returncode == 2 and "unknown flag --sysfs-roto" in r.stderr
+    r = fabric("--sysfs-root", str(TREES / "nowhere"), "--master-addr", "10.0.0.1")
+    assert r.returncode == 1 and "not a directory" in r.stderr
