@@ -1,11 +1,13 @@
 """The fabric pre-flight: `inferctl fabric` on recorded sysfs trees
-(tests/fabric/) and on this machine's own /sys."""
+(tests/fabric/) and on this machine's own /sys, and inferd refusing to leave
+Loading when a group spanning nodes would run on a broken port."""
 import os
 import subprocess
+import time
 
 import pytest
 
-from conftest import INFERCTL, SRC
+from conftest import INFERCTL, INFERD, SRC, default_model
 
 TREES = SRC / "tests" / "fabric"
 FABRIC_VARS = ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
@@ -78,3 +80,24 @@ def test_bad_flags_and_a_missing_root_are_clear_errors():
     assert r.returncode == 2 and "unknown flag --sysfs-roto" in r.stderr
     r = fabric("--sysfs-root", str(TREES / "nowhere"), "--master-addr", "10.0.0.1")
     assert r.returncode == 1 and "not a directory" in r.stderr
+
+
+def test_inferd_refuses_to_leave_loading_on_a_down_port(start_daemon):
+    d = start_daemon(["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "10.1.0.1",
+                      "--sysfs-root", str(TREES / "port-down")], wait_state=None)
+    assert d.wait(timeout=60) == 1, d.output()
+    out = d.output()
+    assert "fabric pre-flight refused: mlx5_1 port 1: port is DOWN (physical state Disabled)" in out
+    assert "lifecycle: Loading -> Failed: fabric pre-flight refused: mlx5_1 port 1" in out
+
+
+def test_inferd_with_no_devices_logs_one_line_and_goes_on_to_form_the_group(start_daemon):
+    # The head waits for its worker in Loading: past the pre-flight, nothing failed.
+    d = start_daemon(["--tensor-parallel-size", "2", "--nnodes", "2", "--sysfs-root", str(TREES / "no-devices")],
+                     wait_state="live")
+    deadline = time.monotonic() + 60
+    while "fabric: no RDMA devices; collectives over TCP" not in d.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "fabric: no RDMA devices; collectives over TCP" in d.output()
+    assert d.proc.poll() is None
+    assert d.state() == "Loading"

@@ -1,0 +1,35 @@
+#include "daemon/fabric_preflight.hpp"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "fabric/env.hpp"
+#include "fabric/preflight.hpp"
+#include "fabric/report.hpp"
+
+namespace inferd::daemon {
+
+void fabric_preflight(const Config& cfg) {
+  const fabric::Request request{cfg.parallel.master_addr, cfg.fabric.interface, fabric::process_env()};
+  fabric::Preflight p;
+  try {
+    p = fabric::run_preflight(cfg.fabric.sysfs_root, request);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("fabric pre-flight: {}", e.what()));
+  }
+  if (const std::string v = fabric::verbs_line(p); !v.empty() && !p.table.ports.empty()) spdlog::info("fabric: {}", v);
+  const fabric::Decision& d = p.decision;
+  if (!d.skipped.empty()) {
+    spdlog::info("fabric: {}", d.skipped);
+    return;
+  }
+  if (!d.ok()) throw std::runtime_error("fabric pre-flight refused: " + d.refusal);
+  spdlog::info("fabric: {}", fabric::summary_line(d));
+  for (const std::string& set : fabric::export_env(d.env)) spdlog::info("fabric: exported {}", set);
+  for (const fabric::EnvCheck& e : d.env)
+    if (e.operator_value) spdlog::info("fabric: {}={} set by the operator agrees", e.name, *e.operator_value);
+}
+
+}  // namespace inferd::daemon
