@@ -1,13 +1,15 @@
 """The fabric pre-flight: `inferctl fabric` on recorded sysfs trees
 (tests/fabric/) and on this machine's own /sys, and inferd refusing to leave
-Loading when a group spanning nodes would run on a broken port."""
+Loading when a group spanning nodes would run on a broken port, and the
+supervisor's watch on port state and error counters."""
 import os
+import shutil
 import subprocess
 import time
 
 import pytest
 
-from conftest import INFERCTL, INFERD, SRC, default_model
+from conftest import INFERCTL, INFERD, SRC, default_model, metric
 
 TREES = SRC / "tests" / "fabric"
 FABRIC_VARS = ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
@@ -101,3 +103,39 @@ def test_inferd_with_no_devices_logs_one_line_and_goes_on_to_form_the_group(star
     assert "fabric: no RDMA devices; collectives over TCP" in d.output()
     assert d.proc.poll() is None
     assert d.state() == "Loading"
+
+
+def wait_metric(d, name, labels, value, timeout):
+    deadline = time.monotonic() + timeout
+    while metric(d, name, labels) != value and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return metric(d, name, labels)
+
+
+def test_the_supervisor_exports_port_state_and_error_deltas_after_the_baseline(start_daemon, tmp_path):
+    root = tmp_path / "sys"
+    shutil.copytree(TREES / "two-ports", root)
+    port1 = root / "class" / "infiniband" / "mlx5_1" / "ports" / "1"
+    # Errors before the baseline (the warm-up) are not news.
+    (port1 / "hw_counters" / "out_of_sequence").write_text("7\n")
+    d = start_daemon(["--model", default_model(), "--health-interval-ms", "100", "--probe-interval", "0",
+                      "--sysfs-root", str(root)])
+    port = {"device": "mlx5_1", "port": "1"}
+    assert wait_metric(d, "inferd_fabric_port_active", port, 1, 10) == 1
+    assert metric(d, "inferd_fabric_port_errors", {**port, "counter": "out_of_sequence"}) == 7
+    assert wait_metric(d, "inferd_fabric_port_errors_since_baseline", {**port, "counter": "out_of_sequence"}, 0, 10) == 0
+    assert metric(d, "inferd_monitor_level", {"monitor": "fabric"}) == 0
+    (port1 / "hw_counters" / "out_of_sequence").write_text("207\n")
+    assert wait_metric(d, "inferd_fabric_port_errors_since_baseline", {**port, "counter": "out_of_sequence"}, 200, 10) == 200
+    (port1 / "state").write_text("1: DOWN\n")
+    assert wait_metric(d, "inferd_fabric_port_active", port, 0, 10) == 0
+    # One node: the fabric carries none of its traffic, so a port going down only warns.
+    assert metric(d, "inferd_monitor_level", {"monitor": "fabric"}) == 1
+    report = d.admin_get("/admin/supervisor").json()
+    fabric = [m for m in report["monitors"] if m["monitor"] == "fabric"]
+    assert fabric and fabric[0]["level"] == "warn"
+    assert fabric[0]["reason"] == "mlx5_1 port 1 went DOWN; mlx5_1 port 1 out_of_sequence +200"
+    r = subprocess.run([str(INFERCTL), "status", "--url", d.url, "--admin-api-key", d.admin_key],
+                       capture_output=True, text=True, timeout=30)
+    assert "fabric warn (mlx5_1 port 1 went DOWN; mlx5_1 port 1 out_of_sequence +200)" in r.stdout, r.stdout + r.stderr
+    assert d.state() == "Serving"

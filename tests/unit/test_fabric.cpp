@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fabric/env.hpp"
+#include "fabric/port_monitor.hpp"
 #include "fabric/report.hpp"
 #include "fabric/select.hpp"
 #include "fabric/sysfs.hpp"
@@ -216,5 +217,53 @@ TEST_SUITE("fabric") {
       CHECK(r.ports.empty());
       CHECK(r.error.empty());
     }
+  }
+}
+
+TEST_SUITE("fabric") {
+  TEST_CASE("fabric monitor: state and error counters read from the recorded tree") {
+    const auto ports = read_ports(tree("rebooted"));
+    REQUIRE(ports.size() == 2);
+    CHECK(ports[0].device == "mlx5_0");
+    CHECK(ports[0].active);
+    CHECK(ports[0].errors.at("link_downed") == 1);
+    CHECK(ports[0].errors.at("out_of_sequence") == 0);
+    CHECK(ports[0].errors.count("port_rcv_data") == 0);  // traffic, not an error
+    CHECK(read_ports(tree("no-devices")).empty());
+    CHECK(read_ports(tree("nowhere")).empty());
+  }
+
+  TEST_CASE("fabric monitor: before the baseline nothing is a signal; after it a port going down is critical") {
+    const auto base = read_ports(tree("two-ports"));
+    PortObservation o = assess({}, read_ports(tree("port-down")), {});
+    CHECK(o.signal.level == inferd::health::Level::Ok);
+    CHECK(!o.baselined);
+    CHECK(o.deltas.empty());
+    o = assess(base, read_ports(tree("port-down")), {});
+    CHECK(o.signal.monitor == "fabric");
+    CHECK(o.signal.level == inferd::health::Level::Critical);
+    CHECK(o.signal.reason == "mlx5_1 port 1 went DOWN");
+    // A port already down at the baseline is not news.
+    o = assess(read_ports(tree("port-down")), read_ports(tree("port-down")), {});
+    CHECK(o.signal.level == inferd::health::Level::Ok);
+    CHECK(assess(base, {}, {}).signal.reason == "mlx5_0 port 1 is gone, mlx5_1 port 1 is gone");
+  }
+
+  TEST_CASE("fabric monitor: error counter deltas after the baseline warn past their thresholds") {
+    const auto base = read_ports(tree("two-ports"));
+    PortObservation o = assess(base, read_ports(tree("rebooted")), {});
+    CHECK(o.signal.level == inferd::health::Level::Warn);
+    CHECK(o.signal.reason == "error counters since the baseline: mlx5_0 port 1 link_downed +1");
+    CHECK(std::find(o.deltas.begin(), o.deltas.end(), CounterDelta{"mlx5_0", 1, "link_downed", 1}) != o.deltas.end());
+    auto now = base;
+    now[1].errors["out_of_sequence"] = 99;
+    CHECK(assess(base, now, {}).signal.level == inferd::health::Level::Ok);
+    now[1].errors["out_of_sequence"] = 100;
+    o = assess(base, now, {});
+    CHECK(o.signal.level == inferd::health::Level::Warn);
+    CHECK(o.signal.reason == "error counters since the baseline: mlx5_1 port 1 out_of_sequence +100");
+    // A counter that went backwards was reset, not an increase.
+    auto reset = read_ports(tree("rebooted"));
+    CHECK(assess(reset, base, {}).signal.level == inferd::health::Level::Ok);
   }
 }
