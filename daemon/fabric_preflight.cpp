@@ -19,7 +19,9 @@ void fabric_preflight(const Config& cfg) {
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("fabric pre-flight: {}", e.what()));
   }
-  if (const std::string v = fabric::verbs_line(p); !v.empty() && !p.table.ports.empty()) spdlog::info("fabric: {}", v);
+  // A device libibverbs cannot open or query is one NCCL cannot use either.
+  if (!p.verbs.error.empty()) spdlog::warn("fabric: {}", fabric::verbs_line(p));
+  else if (const std::string v = fabric::verbs_line(p); !v.empty() && !p.table.ports.empty()) spdlog::info("fabric: {}", v);
   const fabric::Decision& d = p.decision;
   if (!d.skipped.empty()) {
     spdlog::info("fabric: {}", d.skipped);

@@ -41,6 +41,23 @@ def test_two_nodes_resolve_their_own_interface_and_index_from_the_same_master():
     assert "choice: interface enp65s0f1np1, device mlx5_1 port 1, RoCE v2 GID index 7 (10.0.0.6" in b.stdout
 
 
+def test_two_nodes_resolve_their_own_interface_from_the_same_config_file(tmp_path):
+    cfg = tmp_path / "inferd.toml"
+    cfg.write_text('[parallel]\nnnodes = 2\nmaster_addr = "10.0.0.1"\n\n[engine]\ntensor_parallel_size = 2\n')
+    a = fabric("--config", str(cfg), "--sysfs-root", str(TREES / "two-ports"))
+    b = fabric("--config", str(cfg), "--sysfs-root", str(TREES / "node-b"))
+    assert a.returncode == 0 and b.returncode == 0, a.stdout + a.stderr + b.stdout + b.stderr
+    assert "choice: interface ens1f0np0, device mlx5_0 port 1, RoCE v2 GID index 3" in a.stdout
+    assert "choice: interface enp65s0f1np1, device mlx5_1 port 1, RoCE v2 GID index 7" in b.stdout
+    # [fabric] interface from the file restricts the choice; a bad key is inferd's configuration error.
+    cfg.write_text(cfg.read_text() + '\n[fabric]\ninterface = "enp65s0f0np0"\n')
+    b = fabric("--config", str(cfg), "--sysfs-root", str(TREES / "node-b"))
+    assert "choice: interface enp65s0f0np0, device mlx5_0 port 1, RoCE v2 GID index 3 (10.1.0.6" in b.stdout
+    cfg.write_text('[fabric]\ninterfaces = "x"\n')
+    r = fabric("--config", str(cfg))
+    assert r.returncode == 2 and f"{cfg}:2: [fabric] interfaces: unknown key" in r.stderr
+
+
 def test_a_down_port_is_refused_with_exit_1_naming_device_and_port():
     r = fabric("--sysfs-root", str(TREES / "port-down"), "--master-addr", "10.1.0.1")
     assert r.returncode == 1, r.stdout + r.stderr
