@@ -34,4 +34,24 @@ void fabric_preflight(const Config& cfg) {
     if (e.operator_value) spdlog::info("fabric: {}={} set by the operator agrees", e.name, *e.operator_value);
 }
 
+FabricIdentity fabric_identity(const Config& cfg) {
+  if (cfg.parallel.nnodes <= 1) return {};
+  try {
+    const fabric::Preflight p = fabric::run_preflight(
+        cfg.fabric.sysfs_root, {cfg.parallel.master_addr, cfg.fabric.interface, fabric::process_env()});
+    const auto& c = p.decision.choice;
+    if (!c || !p.decision.ok()) return {};
+    for (const fabric::Port& port : p.table.ports) {
+      if (port.device != c->device || port.port != c->port) continue;
+      int mtu = port.active_mtu.value_or(0);
+      if (mtu == 0)
+        if (auto it = p.table.interfaces.find(c->interface); it != p.table.interfaces.end()) mtu = it->second.mtu;
+      return {port.link_layer, mtu};
+    }
+  } catch (const std::exception&) {
+    // The pre-flight already failed start-up for an unreadable root.
+  }
+  return {};
+}
+
 }  // namespace inferd::daemon

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import INFERCTL, INFERD, SRC, default_model, metric
+from conftest import INFERCTL, INFERD, SRC, Daemon, default_model, free_port, metric
 
 TREES = SRC / "tests" / "fabric"
 FABRIC_VARS = ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
@@ -156,3 +156,33 @@ def test_the_supervisor_exports_port_state_and_error_deltas_after_the_baseline(s
                        capture_output=True, text=True, timeout=30)
     assert "fabric warn (mlx5_1 port 1 went DOWN; mlx5_1 port 1 out_of_sequence +200)" in r.stdout, r.stdout + r.stderr
     assert d.state() == "Serving"
+
+
+def test_ranks_whose_fabric_mtu_differs_are_refused_with_the_reason_on_both_sides(tmp_path):
+    # Two ranks on this host, each reading its own recorded tree for the same
+    # interface: the worker's says MTU 1500, the head's 9000.
+    worker_root = tmp_path / "worker-sys"
+    shutil.copytree(TREES / "two-ports", worker_root)
+    (worker_root / "class" / "net" / "ens1f0np0" / "mtu").write_text("1500\n")
+    cfg = tmp_path / "inferd.toml"
+    cfg.write_text('[fabric]\ninterface = "ens1f0np0"\n')
+    port = free_port(2)
+    group = ["--model", default_model(), "--threads", "1", "--max-model-len", "512", "--max-num-batched-tokens", "64",
+             "--max-num-seqs", "4", "--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1",
+             "--master-port", str(port), "--config", str(cfg)]
+    worker = Daemon(group + ["--node-rank", "1", "--headless", "--sysfs-root", str(worker_root)])
+    head = Daemon(group + ["--sysfs-root", str(TREES / "two-ports")])
+    try:
+        assert worker.proc.wait(timeout=120) == 1, worker.output()
+        reason = "fabric MTU differs: the head has 9000, rank 1 has 1500"
+        assert reason in worker.output()
+        deadline = time.monotonic() + 30
+        while reason not in head.output() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert reason in head.output()
+        assert "fabric: interface ens1f0np0, mlx5_0 port 1, RoCE v2 GID index 3 (10.0.0.5)" in head.output()
+        assert "fabric: exported NCCL_IB_GID_INDEX=3" in head.output()
+        assert head.proc.poll() is None  # still waiting for a rank 1 that matches
+    finally:
+        worker.stop()
+        head.stop()
