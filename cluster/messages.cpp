@@ -19,7 +19,9 @@ json::object Fingerprint::to_json() const {
           {"max_num_seqs", max_num_seqs},
           {"block_size", block_size},
           {"kv_cache_bytes", kv_cache_bytes},
-          {"device", device}};
+          {"device", device},
+          {"fabric_link_layer", fabric_link_layer},
+          {"fabric_mtu", fabric_mtu}};
 }
 
 Fingerprint Fingerprint::from_json(const json::object& o) {
@@ -33,6 +35,8 @@ Fingerprint Fingerprint::from_json(const json::object& o) {
   f.block_size = json::value_to<int>(o.at("block_size"));
   f.kv_cache_bytes = json::value_to<uint64_t>(o.at("kv_cache_bytes"));
   f.device = json::value_to<std::string>(o.at("device"));
+  if (const auto* l = o.if_contains("fabric_link_layer")) f.fabric_link_layer = json::value_to<std::string>(*l);
+  if (const auto* m = o.if_contains("fabric_mtu")) f.fabric_mtu = json::value_to<int>(*m);
   return f;
 }
 
@@ -49,7 +53,10 @@ std::optional<std::string> Fingerprint::differs(const Fingerprint& w, int rank) 
   if (auto d = diff("max_num_seqs", max_num_seqs, w.max_num_seqs)) return d;
   if (auto d = diff("block_size", block_size, w.block_size)) return d;
   if (auto d = diff("kv_cache_bytes", kv_cache_bytes, w.kv_cache_bytes)) return d;
-  return diff("device", device, w.device);
+  if (auto d = diff("device", device, w.device)) return d;
+  if (fabric_mtu == 0 || w.fabric_mtu == 0) return std::nullopt;
+  if (auto d = diff("fabric link layer", fabric_link_layer, w.fabric_link_layer)) return d;
+  return diff("fabric MTU", fabric_mtu, w.fabric_mtu);
 }
 
 json::array signals_to_json(const std::vector<health::Signal>& signals) {

@@ -30,6 +30,11 @@ struct Fingerprint {
   int block_size = 0;
   uint64_t kv_cache_bytes = 0;
   std::string device;
+  // The RDMA fabric this rank's pre-flight chose (docs/OPERATIONS.md, "Fabric
+  // pre-flight"): its link layer and MTU. "" and 0 where there is none (no
+  // devices, one host): only ranks that both have one are compared.
+  std::string fabric_link_layer;
+  int fabric_mtu = 0;
 
   boost::json::object to_json() const;
   static Fingerprint from_json(const boost::json::object& o);

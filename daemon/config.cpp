@@ -406,6 +406,9 @@ const std::vector<Key>& keys() {
       int_key("health", "reset_timeout_ms", "", &C::health, &HealthConfig::reset_timeout_ms, 10, 3600000, ""),
       int_key("warmup", "sustained_max_tokens", "", &C::warmup, &warmup::WarmupOptions::sustained_max_tokens, 1,
               1 << 20, ""),
+      string_key("fabric", "sysfs_root", "sysfs-root", &C::fabric, &FabricConfig::sysfs_root,
+                 "where /sys is read from for the RDMA fabric pre-flight", not_empty),
+      string_key("fabric", "interface", "", &C::fabric, &FabricConfig::interface, ""),
   };
   return table;
 }
@@ -433,7 +436,7 @@ const Renamed* renamed_flag(std::string_view old_flag) {
   return nullptr;
 }
 
-constexpr std::string_view kSections[] = {"server", "model", "engine", "parallel", "log", "warmup", "health"};
+constexpr std::string_view kSections[] = {"server", "model", "engine", "parallel", "log", "warmup", "health", "fabric"};
 
 const Key* find_key(std::string_view section, std::string_view name) {
   for (const Key& k : keys())
@@ -504,11 +507,11 @@ void apply_toml(Config& cfg, std::string_view text, std::string_view source, Ori
     const auto* table = section_node.as_table();
     if (table == nullptr) {
       throw ConfigError(fmt::format("{}:{}: {}: keys belong in a section ([server], [model], [engine], "
-                                    "[parallel], [log], [warmup] or [health])",
+                                    "[parallel], [log], [warmup], [health] or [fabric])",
                                     source, section_key.source().begin.line, section));
     }
     if (std::find(std::begin(kSections), std::end(kSections), section) == std::end(kSections)) {
-      throw ConfigError(fmt::format("{}:{}: [{}]: unknown section (known: server, model, engine, parallel, log, warmup, health)",
+      throw ConfigError(fmt::format("{}:{}: [{}]: unknown section (known: server, model, engine, parallel, log, warmup, health, fabric)",
                                     source, section_key.source().begin.line, section));
     }
     for (auto&& [key, node] : *table) {

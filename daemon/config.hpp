@@ -135,6 +135,13 @@ struct HealthConfig {
   bool operator==(const HealthConfig&) const = default;
 };
 
+// The RDMA fabric pre-flight of a group spanning nodes (docs/OPERATIONS.md, "Fabric").
+struct FabricConfig {
+  std::string sysfs_root = "/sys";  // tests point it at recorded trees
+  std::string interface;            // "": chosen by master_addr
+  bool operator==(const FabricConfig&) const = default;
+};
+
 struct Config {
   ServerConfig server;
   ModelConfig model;
@@ -143,6 +150,7 @@ struct Config {
   LogConfig log;
   warmup::WarmupOptions warmup;
   HealthConfig health;
+  FabricConfig fabric;
   // One warning per key or flag given under a deprecated name, logged once
   // logging is up.
   std::vector<std::string> deprecated;

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/admin_routes.hpp"
+#include "daemon/fabric_preflight.hpp"
 #include "daemon/http_server.hpp"
 #include "daemon/logging.hpp"
 
@@ -233,6 +234,10 @@ void Daemon::start_up() {
     ~Done() { flag = true; }
   } done{startup_done_};
   try {
+    if (config_.parallel.nnodes > 1) {
+      lifecycle_.set_activity("fabric pre-flight");
+      fabric_preflight(config_);
+    }
     if (load_) load_(*this);
     if (!served_model_.get()) {
       served_model_.set({.id = config_.model_name(),

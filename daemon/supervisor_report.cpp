@@ -82,6 +82,19 @@ void MonitorReport::record(const MonitorSample& s) {
     m.gauge("inferd_process_threads", "Threads of the process").set(double(proc.threads));
     if (proc.open_fds) m.gauge("inferd_process_open_fds", "Open file descriptors").set(double(*proc.open_fds));
   }
+  for (const auto& p : s.fabric.ports) {
+    const std::string port = std::to_string(p.port);
+    m.gauge("inferd_fabric_port_active", "RDMA port state: 1 ACTIVE, 0 not", {{"device", p.device}, {"port", port}})
+        .set(p.active ? 1 : 0);
+    for (const auto& [counter, value] : p.errors)
+      m.gauge("inferd_fabric_port_errors", "RDMA port error counter as sysfs reads it",
+              {{"device", p.device}, {"port", port}, {"counter", counter}})
+          .set(double(value));
+  }
+  for (const auto& d : s.fabric.deltas)
+    m.gauge("inferd_fabric_port_errors_since_baseline", "RDMA port error counter's increase since the warm-up baseline",
+            {{"device", d.device}, {"port", std::to_string(d.port)}, {"counter", d.counter}})
+        .set(double(d.since_baseline));
   export_pressure(m, "memory", s.psi.memory);
   export_pressure(m, "cpu", s.psi.cpu);
   export_pressure(m, "io", s.psi.io);

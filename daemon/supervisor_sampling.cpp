@@ -16,6 +16,9 @@ using namespace std::chrono;
 
 health::Level cap(health::Level l, health::Level most) { return l < most ? l : most; }
 
+// RDMA port state and error counters: a few sysfs files per port.
+constexpr milliseconds kFabricEvery{1000};
+
 health::Procfs procfs(const Daemon& d) { return health::Procfs(d.config().health.procfs_root); }
 
 }  // namespace
@@ -34,6 +37,7 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost* engines, std::function<
       process_(s.process, procfs(daemon)),
       step_deadline_(daemon.heartbeat(), s.step_deadline),
       probe_(s.probe),
+      fabric_(daemon.config().fabric.sysfs_root),
       policy_(s.policy) {
   const HealthConfig& h = daemon.config().health;
   psi_obs_.every = every_.psi;
@@ -41,6 +45,7 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost* engines, std::function<
   proc_obs_.every = every_.process;
   log_obs_.every = every_.log;
   step_obs_.every = every_.step_deadline;
+  fabric_obs_.every = kFabricEvery;
   if (h.min_available_bytes > 0) {
     const auto m = meminfo_.sample();
     if (m.available && m.mem_available < static_cast<uint64_t>(h.min_available_bytes))
@@ -90,6 +95,8 @@ void HealthSampler::wait_for_pressure(std::function<void()> on_pressure) {
 void HealthSampler::take_baselines() {
   meminfo_.capture_baseline();
   process_.capture_baseline();
+  // Not retaken after a recovery: a port that went down stays a signal.
+  fabric_.capture_baseline();
   scanner_.mark_baseline();
   probe_soon();  // the first probe captures the golden
   spdlog::info("supervisor: baselines taken (memory, RSS, error lines); capturing the generation probe's golden answer");
@@ -194,6 +201,13 @@ MonitorSample HealthSampler::sample(bool pressure_now) {
     step_deadline_.record_step(duration_cast<nanoseconds>(hb.last_step()), hb.last_work());
   }
   out.signals.push_back(step_obs_.get(now, all, [&] { return step_deadline_.sample(); }).signal);
+  out.fabric = fabric_obs_.get(now, all, [&] {
+    auto o = fabric_.sample();
+    // A group on one node sends nothing over the fabric: its ports only warn.
+    if (daemon_.config().parallel.nnodes == 1) o.signal.level = cap(o.signal.level, Level::Warn);
+    return o;
+  });
+  if (!out.fabric.ports.empty()) out.signals.push_back(out.fabric.signal);
   if (engines_)
     for (auto& s : engines_->group_signals()) out.signals.push_back(std::move(s));
   if (probe_failed_.exchange(false)) out.signals.push_back(probe_.signal());
@@ -217,7 +231,8 @@ std::vector<MonitorSampleCount> HealthSampler::sample_counts() const {
           {"meminfo", n(mem_obs_)},
           {"process", n(proc_obs_)},
           {"log", n(log_obs_)},
-          {"step_deadline", n(step_obs_)}};
+          {"step_deadline", n(step_obs_)},
+          {"fabric", n(fabric_obs_)}};
 }
 
 }  // namespace inferd::daemon

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/monitor_settings.hpp"
+#include "fabric/port_monitor.hpp"
 #include "health/stderr_pipe.hpp"
 
 namespace inferd::daemon {
@@ -30,6 +31,7 @@ struct MonitorSample {
   health::PsiObservation psi;
   health::MeminfoObservation mem;
   health::ProcessObservation proc;
+  fabric::PortObservation fabric;
 };
 
 struct MonitorSampleCount {
@@ -116,6 +118,7 @@ class HealthSampler {
   health::ProcessMonitor process_;
   health::StepDeadlineMonitor step_deadline_;
   health::GenerationProbe probe_;
+  fabric::PortMonitor fabric_;
   std::mutex policy_mu_;  // the status report reads the budget from HTTP threads
   health::Policy policy_;
 
@@ -124,6 +127,7 @@ class HealthSampler {
   Cadenced<health::ProcessObservation> proc_obs_;
   Cadenced<health::LogObservation> log_obs_;
   Cadenced<health::StepObservation> step_obs_;
+  Cadenced<fabric::PortObservation> fabric_obs_;
   uint64_t steps_seen_ = 0;
 
   std::atomic<bool> resample_all_{false};

@@ -6,6 +6,7 @@
 #include "comm/timed_collectives.hpp"
 #include "daemon/config.hpp"
 #include "daemon/engine_host.hpp"
+#include "daemon/fabric_preflight.hpp"
 #include "inferd_config.h"
 #if INFERD_HAVE_GLOO
 #include "comm/gloo_collectives.hpp"
@@ -80,6 +81,9 @@ cluster::Fingerprint group_fingerprint(const Config& cfg) {
   f.block_size = o.block_size;
   f.kv_cache_bytes = o.kv_cache_bytes;
   f.device = cfg.engine.device;
+  const FabricIdentity fabric = fabric_identity(cfg);
+  f.fabric_link_layer = fabric.link_layer;
+  f.fabric_mtu = fabric.mtu;
   return f;
 }
 

@@ -10,6 +10,7 @@ namespace inferd::tools {
 
 int cmd_status(const Args& args);  // status.cpp
 int cmd_bench(const Args& args);   // bench.cpp
+int cmd_fabric(const Args& args);  // fabric.cpp
 
 namespace {
 
@@ -25,6 +26,7 @@ constexpr Command kCommands[] = {
     {"generate", "one prompt through the embedded engine, streamed to stdout", cmd_generate},
     {"bench", "benchmarks with JSON output: engine alone, or a daemon over HTTP", cmd_bench},
     {"proof", "the gates a deployment must pass: readiness, probe, long context, restart, memory", cmd_proof},
+    {"fabric", "the RDMA ports this node sees and the pre-flight's choice for a master", cmd_fabric},
 };
 
 void usage(std::ostream& out) {

@@ -42,6 +42,26 @@ bool head_hears(const ControlHead& head, const std::vector<Signal>& want) {
 }  // namespace
 
 TEST_SUITE("cluster") {
+  TEST_CASE("fingerprint: ranks with a fabric compare its link layer and MTU; a rank without one is not compared") {
+    Fingerprint head = fingerprint(), worker = fingerprint();
+    head.fabric_link_layer = worker.fabric_link_layer = "Ethernet";
+    head.fabric_mtu = 4096;
+    worker.fabric_mtu = 1024;
+    CHECK(head.differs(worker, 1) == "fabric MTU differs: the head has 4096, rank 1 has 1024");
+    worker.fabric_mtu = 4096;
+    CHECK(!head.differs(worker, 1));
+    worker.fabric_link_layer = "InfiniBand";
+    CHECK(head.differs(worker, 1) == "fabric link layer differs: the head has Ethernet, rank 1 has InfiniBand");
+    worker = fingerprint();  // no fabric: collectives over TCP
+    CHECK(!head.differs(worker, 1));
+    // Through JSON, and from a rank that sends no fabric fields at all.
+    CHECK(!head.differs(Fingerprint::from_json(head.to_json()), 1));
+    auto o = head.to_json();
+    o.erase("fabric_mtu");
+    o.erase("fabric_link_layer");
+    CHECK(Fingerprint::from_json(o).fabric_mtu == 0);
+  }
+
   TEST_CASE("control plane: a worker's health report reaches the head with its heartbeats; a re-forming starts it afresh") {
     ControlHead head({.address = "127.0.0.1", .port = 0, .world_size = 2, .fingerprint = fingerprint()});
     std::mutex mu;

@@ -151,9 +151,9 @@ target = "journald"
   TEST_CASE("config: bad files name the file, line and key") {
     CHECK(config_error("[engine]\nmax_num_seqs = 8\nmax_num_sequences = 8\n") ==
           "x.toml:3: [engine] max_num_sequences: unknown key");
-    CHECK(config_error("\n[gpu]\nx = 1\n") == "x.toml:2: [gpu]: unknown section (known: server, model, engine, parallel, log, warmup, health)");
+    CHECK(config_error("\n[gpu]\nx = 1\n") == "x.toml:2: [gpu]: unknown section (known: server, model, engine, parallel, log, warmup, health, fabric)");
     CHECK(config_error("port = 8000\n") ==
-          "x.toml:1: port: keys belong in a section ([server], [model], [engine], [parallel], [log], [warmup] or [health])");
+          "x.toml:1: port: keys belong in a section ([server], [model], [engine], [parallel], [log], [warmup], [health] or [fabric])");
     CHECK(config_error("[server]\nport = \"8000\"\n") == "x.toml:2: [server] port: expected an integer, got a string");
     CHECK(config_error("[engine]\nthreads = 1.5\n") ==
           "x.toml:2: [engine] threads: expected an integer, got a floating-point number");
@@ -266,6 +266,18 @@ target = "journald"
       INFO(k);
       CHECK(documented.count(k) == 1);
     }
+  }
+
+  TEST_CASE("config: [fabric] sysfs_root and interface from the file, --sysfs-root from the command line") {
+    CHECK(Config{}.fabric.sysfs_root == "/sys");
+    CHECK(Config{}.fabric.interface.empty());
+    const Config c = parse_config_toml("[fabric]\nsysfs_root = \"/tmp/tree\"\ninterface = \"ens1f0np0\"\n", "x.toml");
+    CHECK(c.fabric.sysfs_root == "/tmp/tree");
+    CHECK(c.fabric.interface == "ens1f0np0");
+    CHECK(load_config(cmdline({"--sysfs-root", "/tmp/t"})).fabric.sysfs_root == "/tmp/t");
+    CHECK(config_error("[fabric]\nsysfs_root = \"\"\n") == "x.toml:2: [fabric] sysfs_root: must not be empty");
+    CHECK(config_error("[fabric]\n\nbogus = 1\n") == "x.toml:3: [fabric] bogus: unknown key");
+    CHECK(usage().find("--sysfs-root TEXT") != std::string::npos);
   }
 
   TEST_CASE("config: [engine] max_waiting from the file and --max-waiting, within 1..1048576") {

@@ -1,0 +1,27 @@
+// The fabric pre-flight at start-up of a group spanning nodes (nnodes > 1):
+// choose interface, RDMA device, port and RoCE v2 GID index for the master's
+// address, export the collectives' variables, or refuse to leave Loading.
+#pragma once
+#include <string>
+
+#include "daemon/config.hpp"
+
+namespace inferd::daemon {
+
+// Logs the choice (or "no RDMA devices; collectives over TCP") and exports the
+// variables the operator left unset. Throws std::runtime_error naming the
+// device, port and reason when the node must not serve on this fabric. Runs
+// before the collectives start: setenv() is not safe beside threads that read
+// the environment, and the collectives read it once, when they start.
+void fabric_preflight(const Config& cfg);
+
+// What ranks compare when the group forms: the chosen port's link layer and MTU
+// (libibverbs' active MTU on a live node, else the interface's), read again as
+// the pre-flight read it. {"", 0} when there is no choice (one node, no devices).
+struct FabricIdentity {
+  std::string link_layer;
+  int mtu = 0;
+};
+FabricIdentity fabric_identity(const Config& cfg);
+
+}  // namespace inferd::daemon
