@@ -14,6 +14,7 @@ namespace {
 namespace json = boost::json;
 
 constexpr size_t kMaxNodes = 4096;
+constexpr int kMaxNesting = 128;
 constexpr int64_t kMaxItemsBound = 100000;
 
 // Words about the schema, not constraints on the value: ignored.
@@ -90,6 +91,14 @@ class Compiler {
   }
 
   int compile(const json::value& s, const std::string& path, int depth) {
+    // Schemas within schemas (anyOf, allOf, chains of $ref) recurse here too: bounded.
+    struct Level {
+      int& n;
+      explicit Level(int& n) : n(n) { ++n; }
+      ~Level() { --n; }
+    } level(nesting_);
+    if (nesting_ > kMaxNesting) throw SchemaError(path, "the schema nests or refers deeper than " +
+                                                            std::to_string(kMaxNesting) + " levels");
     if (depth > kMaxDepth - 2)
       throw SchemaError(path, "the schema nests deeper than " + std::to_string(kMaxDepth - 2) + " levels");
     if (s.is_bool()) {
@@ -399,6 +408,7 @@ class Compiler {
   bool strict_;
   Grammar g_;
   int any_ = -1, string_ = -1;
+  int nesting_ = 0;  // compile() calls in progress
   std::map<std::string, int> done_;  // compiled $ref targets
   std::set<std::string> active_;     // $ref targets being compiled (a repeat is recursion)
 };

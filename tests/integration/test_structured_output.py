@@ -96,6 +96,16 @@ def test_json_object_is_any_object(client, model_name):
         assert isinstance(json.loads(text), dict), text
 
 
+def test_completions_and_n_choices_follow_the_schema(serving_daemon, client, model_name):
+    # Completions take response_format too; each of n choices has its own grammar state.
+    r = client.completions.create(model=model_name, prompt="A person record in JSON: ", max_tokens=300,
+                                  temperature=0.8, seed=7, n=2, extra_body={"response_format": person_format()})
+    assert len(r.choices) == 2
+    for c in r.choices:
+        assert c.finish_reason == "stop", c.text
+        jsonschema.validate(json.loads(c.text), PERSON)
+
+
 def test_max_tokens_still_ends_a_constrained_output(client, model_name):
     text, finish = generate(client, model_name, PROMPTS[0], False, response_format=person_format(),
                             temperature=0.0, max_tokens=5)

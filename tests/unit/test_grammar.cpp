@@ -166,6 +166,13 @@ TEST_CASE("grammar: schemas refused name the field") {
   CHECK(error_path(R"({"type":"string","minLength":3,"maxLength":2})") == "maxLength");
   CHECK(error_path(R"({"type":"string","minLength":-1})") == "minLength");
   CHECK(error_path("false") == "");
+  {
+    // A long chain of references is refused, not followed until the stack runs out.
+    std::string chain = R"({"$ref": "#/$defs/d0", "$defs": {)";
+    for (int i = 0; i < 200; ++i) chain += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}, ";
+    chain += R"("d200": {"type": "string"}}})";
+    CHECK(error_path(chain.c_str()).rfind("$defs.d", 0) == 0);
+  }
   CHECK(error_path(R"({"type":["integer","number","null"]})") == "(none)");  // integer beside number is number
   CHECK(error_path(R"({"allOf":[{"type":"string"}],"title":"t"})") == "(none)");
 }
