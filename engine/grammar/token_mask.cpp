@@ -38,6 +38,21 @@ TokenIndex::TokenIndex(std::vector<std::string> bytes) : bytes_(std::move(bytes)
       not_plain_.push_back(id);
     }
   }
+  // Second byte + 1, 0 for one-byte tokens: the order within a first-byte group.
+  auto second = [&](int32_t id) {
+    const std::string& b = bytes_[static_cast<size_t>(id)];
+    return b.size() < 2 ? 0 : 1 + static_cast<int>(static_cast<uint8_t>(b[1]));
+  };
+  second_.resize(256);
+  for (int f = 0; f < 256; ++f) {
+    auto& group = by_first_[f];
+    std::stable_sort(group.begin(), group.end(), [&](int32_t a, int32_t b) { return second(a) < second(b); });
+    size_t i = 0;
+    for (int k = 0; k <= 257; ++k) {
+      while (i < group.size() && second(group[i]) < k) ++i;
+      second_[static_cast<size_t>(f)][static_cast<size_t>(k)] = static_cast<uint32_t>(i);
+    }
+  }
   std::stable_sort(plain_by_length_.begin(), plain_by_length_.end(),
                    [&](int32_t a, int32_t b) { return chars(bytes_[static_cast<size_t>(a)]) < chars(bytes_[static_cast<size_t>(b)]); });
 }
@@ -60,10 +75,17 @@ size_t TokenIndex::allowed(const Matcher& m, std::span<const int32_t> stop_ids, 
   } else {
     for (int b = 0; b < 256; ++b) {
       const auto& group = by_first_[b];
-      const char c = static_cast<char>(b);
-      if (group.empty() || !m.accepts(std::string_view(&c, 1))) continue;
-      for (int32_t id : group)
-        if (bytes(id).size() == 1 || m.accepts(bytes(id))) set(out, id);
+      char two[2] = {static_cast<char>(b), 0};
+      if (group.empty() || !m.accepts(std::string_view(two, 1))) continue;
+      const auto& at = second_[static_cast<size_t>(b)];
+      for (uint32_t i = at[0]; i < at[1]; ++i) set(out, group[i]);  // one byte: accepted
+      for (int c = 0; c < 256; ++c) {
+        const uint32_t begin = at[static_cast<size_t>(c) + 1], end = at[static_cast<size_t>(c) + 2];
+        two[1] = static_cast<char>(c);
+        if (begin == end || !m.accepts(std::string_view(two, 2))) continue;
+        for (uint32_t i = begin; i < end; ++i)
+          if (bytes(group[i]).size() == 2 || m.accepts(bytes(group[i]))) set(out, group[i]);
+      }
     }
   }
   if (m.can_end())

@@ -1,10 +1,11 @@
 // From a Matcher's state to the tokens a request may sample next. A token is
 // allowed when the matcher accepts all of its bytes; the stop tokens, when the
 // JSON so far is whole. Trial runs are cheap (matcher.hpp) and most are skipped:
-// tokens are grouped by first byte, so only groups whose first byte is accepted
-// are tried; inside a string, tokens of plain content bytes only are allowed
-// wholesale without a trial.
+// tokens are grouped by their first two bytes, so only groups whose first bytes
+// are accepted are tried; inside a string, tokens of plain content bytes only
+// are allowed wholesale without a trial.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -37,7 +38,11 @@ class TokenIndex {
 
  private:
   std::vector<std::string> bytes_;
-  std::vector<int32_t> by_first_[256];  // text tokens by their first byte
+  // Text tokens by first byte, each group ordered by second byte (one-byte
+  // tokens first); second_[b][0] is where group b's one-byte tokens start,
+  // second_[b][c + 1] where those with second byte c do, second_[b][257] the end.
+  std::vector<int32_t> by_first_[256];
+  std::vector<std::array<uint32_t, 258>> second_;
   TokenSet plain_;                        // every byte is plain string content
   std::vector<int32_t> plain_by_length_;  // the same tokens, fewest characters first
   size_t longest_plain_ = 0;              // in characters
