@@ -144,6 +144,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
           r.stop = req_.stop;
           r.stop_token_ids = req_.stop_token_ids;
           r.skip_special_tokens = req_.skip_special_tokens;
+          r.grammar = req_.grammar;
           r.sink = [self = shared_from_this(), index](engine::Delta&& d) { self->on_delta(index, std::move(d)); };
           handles_.push_back(eng.submit(std::move(r)));
         }

@@ -9,6 +9,7 @@
 #include <boost/json/serialize.hpp>
 
 #include "daemon/json_error.hpp"
+#include "engine/grammar/json_schema.hpp"
 
 namespace inferd::daemon::openai {
 
@@ -205,11 +206,6 @@ void reject_unsupported(const json::object& body) {
     if (!(choice && choice->is_string() && choice->get_string() == "none"))
       invalid("tools", "`tools` (function calling) is not supported by this server");
   }
-  if (const json::value* v = find(body, "response_format")) {
-    const json::value* t = v->is_object() ? find(v->get_object(), "type") : nullptr;
-    if (!(t && t->is_string() && t->get_string() == "text"))
-      invalid("response_format", "`response_format` other than {\"type\": \"text\"} is not supported by this server");
-  }
   if (const json::value* v = find(body, "logit_bias"); v && !(v->is_object() && v->get_object().empty()))
     invalid("logit_bias", "`logit_bias` is not supported by this server");
   if (const json::value* v = find(body, "suffix"); v && !(v->is_string() && v->get_string().empty()))
@@ -220,8 +216,46 @@ void reject_unsupported(const json::object& body) {
     invalid("min_tokens", "`min_tokens` is not supported by this server");
 }
 
+// response_format: text (no grammar), json_object (any object) or json_schema
+// (the schema's grammar, engine/grammar/json_schema.hpp). What the schema
+// compiler cannot enforce is refused, naming the field below json_schema.schema.
+std::shared_ptr<const engine::grammar::Grammar> parse_response_format(const json::object& body) {
+  const json::value* v = find(body, "response_format");
+  if (!v) return nullptr;
+  if (!v->is_object()) invalid("response_format", "`response_format` must be an object, got " + kind_of(*v));
+  const json::object& rf = v->get_object();
+  const json::value* t = find(rf, "type");
+  if (!t) invalid("response_format.type", "`response_format.type` is required");
+  const std::string type = as_string(*t, "response_format.type");
+  if (type == "text") return nullptr;
+  if (type == "json_object") return std::make_shared<const engine::grammar::Grammar>(engine::grammar::any_json_object());
+  if (type != "json_schema")
+    invalid("response_format.type", "unknown `response_format.type` `" + type +
+                                        "`; expected `text`, `json_object` or `json_schema`");
+  const json::value* js = find(rf, "json_schema");
+  if (!js) invalid("response_format.json_schema", "`response_format.json_schema` is required for type `json_schema`");
+  if (!js->is_object())
+    invalid("response_format.json_schema", "`response_format.json_schema` must be an object, got " + kind_of(*js));
+  const json::object& spec = js->get_object();
+  if (const json::value* name = find(spec, "name")) as_string(*name, "response_format.json_schema.name");
+  const bool strict = [&] {
+    const json::value* s = find(spec, "strict");
+    return s && as_bool(*s, "response_format.json_schema.strict");
+  }();
+  const json::value* schema = find(spec, "schema");
+  // No schema: any JSON object, as OpenAI reads it.
+  if (!schema) return std::make_shared<const engine::grammar::Grammar>(engine::grammar::any_json_object());
+  try {
+    return std::make_shared<const engine::grammar::Grammar>(engine::grammar::compile_json_schema(*schema, strict));
+  } catch (const engine::grammar::SchemaError& e) {
+    const std::string param = "response_format.json_schema.schema" + (e.path.empty() ? "" : "." + e.path);
+    invalid(param, backticked(param) + ": " + e.what());
+  }
+}
+
 void parse_common(const json::object& body, GenerateRequest& r) {
   reject_unsupported(body);
+  r.grammar = parse_response_format(body);
   if (auto m = get_string(body, "model")) r.model = *m;
 
   r.n = static_cast<int>(integer_in(body, "n", 1, 1, kMaxChoices));

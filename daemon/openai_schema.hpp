@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "engine/chat_template.hpp"
 #include "engine/engine.hpp"
+#include "engine/grammar/grammar.hpp"
 #include "engine/sampler.hpp"
 
 namespace inferd::daemon::openai {
@@ -49,6 +51,8 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool skip_special_tokens = true;
+  // response_format json_object / json_schema: the output's grammar; null for text.
+  std::shared_ptr<const engine::grammar::Grammar> grammar;
 
   bool logprobs() const { return sampling.logprobs >= 0; }
 };

@@ -9,6 +9,8 @@
 #include "engine/chat_template.hpp"
 #include "engine/executor.hpp"
 #include "engine/gguf_reader.hpp"
+#include "engine/grammar/matcher.hpp"
+#include "engine/grammar/token_mask.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/kv/kv_cache_manager.hpp"
 #include "engine/output/output_stream.hpp"
@@ -32,9 +34,14 @@ struct Engine::Live {
   int n_generated = 0;
   int cached_tokens = 0;
   bool sent_first = false;
+  std::optional<grammar::Matcher> matcher;  // with a grammar: where the output is in it
+  grammar::TokenSet allowed;                // scratch: the tokens it allows next
+  std::vector<int32_t> stop_tokens;         // the scheduler's: allowed once the output is whole
 
   Live(SeqId id, GenerationRequest r, const Tokenizer& tok)
-      : id(id), req(std::move(r)), sampler(req.sampling), out(tok, req.skip_special_tokens, req.stop) {}
+      : id(id), req(std::move(r)), sampler(req.sampling), out(tok, req.skip_special_tokens, req.stop) {
+    if (req.grammar) matcher.emplace(req.grammar);
+  }
 
 };
 
@@ -103,6 +110,12 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   // sampling. The other way round the tokenizer would name ids the model cannot
   // produce or read, so the file is refused.
   n_tokens_ = static_cast<int>(tokenizer_->vocab_size());
+  {
+    // What each token writes; control tokens write nothing, so no grammar allows them.
+    std::vector<std::string> bytes(tokenizer_->vocab_size());
+    for (int32_t id = 0; id < n_tokens_; ++id) bytes[static_cast<size_t>(id)] = tokenizer_->piece(id, /*skip_special=*/true);
+    token_index_ = std::make_unique<grammar::TokenIndex>(std::move(bytes));
+  }
   if (n_tokens_ > mc.vocab)
     throw std::invalid_argument(file_->path() + ": the tokenizer has " + std::to_string(n_tokens_) +
                                 " tokens (tokenizer.ggml.tokens) but the model has only " + std::to_string(mc.vocab) +
@@ -233,13 +246,14 @@ void Engine::take_inbox() {
   while (!inbox_.empty()) {
     auto r = std::move(inbox_.front());
     inbox_.pop_front();
-    const Live& l = *r;
+    Live& l = *r;
     SeqSpec spec{l.id, l.req.prompt, l.req.max_tokens, {}, l.req.priority};
-    spec.speculate = proposer_ != nullptr && l.req.speculate;
+    spec.speculate = proposer_ != nullptr && l.req.speculate && !l.req.grammar;
     if (!l.req.ignore_eos) {
       spec.stop_tokens = tokenizer_->stop_ids();
       spec.stop_tokens.insert(spec.stop_tokens.end(), l.req.stop_token_ids.begin(), l.req.stop_token_ids.end());
     }
+    l.stop_tokens = spec.stop_tokens;
     scheduler_->add(std::move(spec));
     live_.emplace(l.id, std::move(r));
   }
@@ -479,8 +493,22 @@ void Engine::step() {
       r.sent_first = true;
     }
     FinishReason why = o.finish;
+    if (r.matcher && why != FinishReason::Stop && !r.matcher->accept(token_index_->bytes(o.token))) {
+      if (why == FinishReason::None) scheduler_->finish(o.seq);
+      end(r, FinishReason::Error, "no token of the vocabulary continues the output within its response_format",
+          std::move(d));
+      live_.erase(o.seq);
+      continue;
+    }
     if (why == FinishReason::Stop) {  // a stop token: its own text is never shown
       d.text = r.out.finish();
+    } else if (r.matcher && r.matcher->finished()) {
+      // The JSON is whole and nothing may follow: done, even on the last token max_tokens allowed.
+      d.text = r.out.push(o.token);
+      if (r.out.stopped()) d.stop_reason = r.out.matched();
+      else d.text += r.out.finish();
+      if (why == FinishReason::None) scheduler_->finish(o.seq);
+      why = FinishReason::Stop;
     } else {
       d.text = r.out.push(o.token);
       if (r.out.stopped()) {
@@ -512,6 +540,10 @@ void Engine::sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken
   auto sample_row = [&](int at, std::span<const int32_t> context, int32_t draft) {
     std::span<float> logits(logits_.data() + static_cast<size_t>(at) * vocab, vocab);
     std::fill(logits.begin() + n_tokens_, logits.end(), -std::numeric_limits<float>::infinity());  // padding ids
+    // Drafts never come with a grammar (take_inbox), so the matcher's state is this row's.
+    // No token allowed: sampled unmasked; step() then ends the request with an error.
+    if (r.matcher && token_index_->allowed(*r.matcher, r.stop_tokens, r.allowed) > 0)
+      grammar::mask_logits(r.allowed, logits);
     results.push_back(r.sampler.verify(logits, context, context.subspan(v.n_prompt), draft));
     sampled.push_back({s.seq, results.back().token});
     return results.back().token;

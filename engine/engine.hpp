@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/grammar/grammar.hpp"
 #include "engine/models/model.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
@@ -39,6 +40,9 @@ class KvCacheManager;
 class Scheduler;
 class Executor;
 class StepHeartbeat;
+namespace grammar {
+class TokenIndex;
+}
 
 struct EngineOptions {
   std::string model_path;
@@ -126,6 +130,12 @@ struct GenerationRequest {
   // plan counts on steps of one token per decoding sequence (decode batch sizes
   // held for several steps); the verify steps' shapes lie inside its buckets.
   bool speculate = true;
+  // Constrained decoding (engine/grammar/): every sampled token keeps the output
+  // a prefix of a text this grammar accepts, and the request ends with Stop once
+  // the text is whole and nothing may follow. Such a request never carries
+  // drafts: the prompt-lookup drafts would each need the grammar's state after
+  // the drafts before them, which the verify step does not keep.
+  std::shared_ptr<const grammar::Grammar> grammar;
   std::function<void(Delta&&)> sink;
 };
 
@@ -245,6 +255,7 @@ class Engine {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<KvCacheManager> kv_manager_;
   std::unique_ptr<Proposer> proposer_;
+  std::unique_ptr<grammar::TokenIndex> token_index_;  // the vocabulary's bytes, for grammar masks
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
   int max_model_len_ = 0;

@@ -1,7 +1,7 @@
 """Speculative decoding (--speculative-config, prompt lookup): greedy completions
 from a daemon with it equal those from one without, token for token, one at a
-time and several at once; sampled ones speculate too; its vLLM counters in
-/metrics are consistent; the warm-up still covers every shape its traffic
+time and several at once; sampled ones speculate too, constrained ones
+(response_format) never; its vLLM counters in /metrics are consistent; the warm-up still covers every shape its traffic
 reaches; bad settings are refused."""
 import concurrent.futures
 import json
@@ -9,6 +9,7 @@ import re
 import subprocess
 import tempfile
 
+import jsonschema
 import pytest
 
 from conftest import INFERCTL, INFERD, default_model, metric
@@ -89,6 +90,25 @@ def test_same_completions_with_and_without_speculation(start_daemon):
 
 def run_inferd(args):
     return subprocess.run([str(INFERD)] + args, capture_output=True, text=True, timeout=60)
+
+
+def test_constrained_requests_carry_no_drafts(start_daemon):
+    d = start_daemon(["--model", default_model(), "--speculative-config", SPEC, "--no-warmup"])
+    before = spec_metrics(d)[:3]
+    schema = {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "integer"},
+                                                           "maxItems": 30}},
+              "required": ["numbers"], "additionalProperties": False}
+    r = d.post("/v1/completions", json={
+        "prompt": PROMPTS[0], "max_tokens": 150, "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}}},
+        timeout=300)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "stop", choice["text"]
+    jsonschema.validate(json.loads(choice["text"]), schema)
+    assert spec_metrics(d)[:3] == before
+    complete(d, PROMPTS[0])  # the same daemon still speculates for the others
+    assert spec_metrics(d)[0] > before[0]
 
 
 @pytest.mark.parametrize("value,message", [

@@ -143,12 +143,33 @@ TEST_CASE("chat request: every bad field names its param") {
   bad_chat(with(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
   bad_chat(with(R"("ignore_eos": 1)"), "ignore_eos");
   bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f"}}])"), "tools", "not supported");
-  bad_chat(with(R"("response_format": {"type": "json_object"})"), "response_format");
+  bad_chat(with(R"("response_format": "json")"), "response_format", "object");
+  bad_chat(with(R"("response_format": {"type": "xml"})"), "response_format.type", "json_schema");
+  bad_chat(with(R"("response_format": {"type": "json_schema"})"), "response_format.json_schema", "required");
+  bad_chat(with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true,
+      "schema": {"type": "object", "properties": {"x": {"type": "string", "pattern": "^a"}}}}})"),
+           "response_format.json_schema.schema.properties.x.pattern", "`pattern` is not supported");
+  bad_chat(with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": "yes",
+      "schema": {"type": "object"}}})"), "response_format.json_schema.strict", "boolean");
   bad_chat(with(R"("logit_bias": {"1": 5})"), "logit_bias");
   bad_chat(with(R"("best_of": 3)"), "best_of");
   // Explicit nulls mean "default", and harmless variants of unsupported fields pass.
   CHECK_NOTHROW(oa::parse_chat_request(body(with(R"("temperature": null, "stop": null, "n": 1,
       "response_format": {"type": "text"}, "logit_bias": {}, "tools": [])"))));
+}
+
+TEST_CASE("chat request: response_format gives the output's grammar") {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  auto with = [&](std::string_view field) { return "{" + m + ", " + std::string(field) + "}"; };
+  CHECK(oa::parse_chat_request(body(with(R"("response_format": {"type": "text"})"))).grammar == nullptr);
+  const auto any = oa::parse_chat_request(body(with(R"("response_format": {"type": "json_object"})"))).grammar;
+  REQUIRE(any != nullptr);
+  CHECK(any->nodes[static_cast<size_t>(any->root)].kind == inferd::engine::grammar::Kind::Object);
+  const auto strict = oa::parse_chat_request(body(with(R"("response_format": {"type": "json_schema", "json_schema":
+      {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
+       "required": ["a"], "additionalProperties": false}}})"))).grammar;
+  REQUIRE(strict != nullptr);
+  CHECK(strict->nodes[static_cast<size_t>(strict->root)].ordered);
 }
 
 TEST_CASE("completion request: prompt forms") {
