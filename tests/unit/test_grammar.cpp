@@ -72,6 +72,11 @@ TEST_CASE("grammar: any JSON object") {
   CHECK_FALSE(matches(gr, "{\"a\":\"x\ny\"}"));  // a raw control byte in a string
   CHECK_FALSE(matches(gr, R"({"a":"\x"})"));
   CHECK_FALSE(matches(gr, R"({"a":tru})"));
+  // Strings hold well-formed UTF-8 only.
+  CHECK(matches(gr, "{\"a\":\"\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\"}"));
+  for (const char* bad : {"\xA9", "\xC3(", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80",
+                          "\xE2\x82"})
+    CHECK_FALSE(matches(gr, std::string("{\"a\":\"") + bad + "\"}"));
   CHECK_FALSE(matches(gr, R"({"a":1})" " "));  // nothing after the object
 
   g::Matcher m(gr);
@@ -185,13 +190,14 @@ TEST_CASE("grammar: token mask equals trying every token") {
       "{", "}", "[", "]", ",", ":", " ", "\"", "{\"", "\"}", "\":", "\": ", "\",", "\", \"", ", ", "\n", "\\", "\\n",
       "\\u", "00", "e9", "name", "\"name\":", "age", "\"age", "city", "a", "b", "An", "n", " Oslo", "1", "12", "3",
       "-", ".", "5", "null", "nu", "ll", "true", "false", "\"a\"", "\"b\"]", "x\"", "é", "\xC3", "\xA9", "zip",
-      "address", "tags", "email", "\"}}", "}}", "\"]", "\t",
+      "address", "tags", "email", "\"}}", "}}", "\"]", "\t", "\xA9O", "\xC3\xA9\xC3", " \xC3", "\xC3\xA9\"",
   };
   const int32_t eos = 0;
   g::TokenIndex index(vocab);
   const auto gr = schema(kPerson);
   const std::string doc =
-      R"({"name": "An\u00e9 Oslo", "age": -12, "email": null, "tags": ["a", "b"], "address": {"city": "x", "zip": 3}})";
+      "{\"name\": \"An\\u00e9 \xC3\xA9O\", \"age\": -12,"
+      R"( "email": null, "tags": ["a", "b"], "address": {"city": "x", "zip": 3}})";
   g::Matcher m(gr);
   g::TokenSet got;
   const std::vector<int32_t> stops = {eos};
