@@ -110,6 +110,19 @@ TEST_CASE("grammar: a nested schema, strict order") {
   CHECK_FALSE(matches(loose, R"({"age":31,"age":31,"name":"Ann","address":{"zip":null,"city":"Oslo"}})"));
 }
 
+TEST_CASE("grammar: recursive $ref (a tree and a list)") {
+  const auto tree = schema(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
+      "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v", "kids"], "additionalProperties": false}}})");
+  CHECK(matches(tree, R"({"v":1,"kids":[]})"));
+  CHECK(matches(tree, R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]},{"v":4,"kids":[]}]})"));
+  CHECK_FALSE(matches(tree, R"({"v":1,"kids":[{"v":2}]})"));
+  const auto list = schema(R"({"type": "object", "properties": {"v": {"type": "string"},
+      "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["v", "next"]})");
+  CHECK(matches(list, R"({"v":"a","next":{"v":"b","next":null}})"));
+  CHECK_FALSE(matches(list, R"({"v":"a","next":{"v":"b"}})"));
+}
+
 TEST_CASE("grammar: literals, numbers and bounds") {
   const auto nums = schema(R"({"enum": [1, 10, "x", null, true]})");
   CHECK(matches(nums, "1"));
@@ -159,8 +172,13 @@ TEST_CASE("grammar: schemas refused name the field") {
         "properties.x.anyOf");
   CHECK(error_path(R"({"type":"thing"})") == "type");
   CHECK(error_path(R"({"type":"object","properties":{"a":{}},"required":["b"]})") == "required[0]");
-  CHECK(error_path(R"({"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}}}},"$ref":"#/$defs/N"})") ==
-        "$defs.N.properties.n.$ref");
+  // A required property that refers back to its object has no finite value.
+  CHECK(error_path(R"({"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}},"required":["n"]}},
+                       "$ref":"#/$defs/N"})") == "");
+  // Options told apart only once a recursive $ref is filled are checked then.
+  CHECK(error_path(R"({"$defs":{"N":{"anyOf":[{"$ref":"#/$defs/N2"},{"type":"null"}]},
+                                   "N2":{"anyOf":[{"type":"object"},{"$ref":"#/$defs/N"}]}},
+                       "$ref":"#/$defs/N"})") != "(none)");
   CHECK(error_path(R"({"$ref":"#/$defs/Missing"})") == "$ref");
   CHECK(error_path(R"({"$ref":"http://example.com/s.json"})") == "$ref");
   CHECK(error_path(R"({"type":"array","items":[{"type":"string"}]})") == "items");
