@@ -1,7 +1,8 @@
 // Not a test: the cost of a grammar's token mask per decode step on a model's
 // real vocabulary. A valid JSON document is tokenized with the model's tokenizer
 // and walked token by token; at each position the mask is computed (best of
-// several runs) and must allow the document's next token. Prints per-position
+// several runs), must equal trying every token (checked outside the timing) and
+// must allow the document's next token. Prints per-position
 // statistics as JSON: inside strings (the fast path) and elsewhere.
 //   bench_grammar MODEL.gguf
 #include <boost/json.hpp>
@@ -89,6 +90,17 @@ int main(int argc, char** argv) {
         best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t).count());
       }
       allowed_sum += static_cast<double>(n);
+      // Outside the timing: the mask must equal trying every token.
+      for (size_t t = 0; t < index.size(); ++t) {
+        const auto tid = static_cast<int32_t>(t);
+        const bool stop = std::find(stops.begin(), stops.end(), tid) != stops.end();
+        const bool want = stop ? m.can_end() : !index.bytes(tid).empty() && m.accepts(index.bytes(tid));
+        if (g::contains(allowed, tid) != want) {
+          std::cerr << name << ": the mask " << (want ? "misses" : "wrongly allows") << " token " << tid << " `"
+                    << index.bytes(tid) << "`\n";
+          return 1;
+        }
+      }
       (m.string_room() >= 0 ? in_string : elsewhere).us.push_back(best);
       if (!g::contains(allowed, id) || !m.accept(index.bytes(id))) {
         std::cerr << name << ": the document's token " << id << " `" << index.bytes(id) << "` is not allowed\n";

@@ -85,6 +85,8 @@ class Compiler {
   Compiler(const json::value& root, bool strict) : root_(root), strict_(strict) {}
 
   Grammar finish(int root) {
+    settle_unions();
+    require_finite_values();
     g_.root = root;
     g_.string_node = string_node();
     return std::move(g_);
@@ -345,14 +347,53 @@ class Compiler {
     return literal_node(std::move(texts));
   }
 
-  // The options of a union must begin with different bytes: the automaton picks
-  // one by the first byte and never backtracks. Integer beside number is number.
-  int make_union(std::vector<int> options, const std::string& path) {
-    auto kind = [&](int x) { return g_.nodes[static_cast<size_t>(x)].kind; };
-    if (std::any_of(options.begin(), options.end(), [&](int x) { return kind(x) == Kind::Number; }))
-      std::erase_if(options, [&](int x) { return kind(x) == Kind::Integer; });
-    if (options.size() == 1) return options[0];
-    Node u = make(Kind::Union);
+  // A union's first bytes come from its options; where an option is a $ref
+  // being compiled, only once it is filled: so they are settled at the end, to
+  // a fixed point (unions of unions), and the options checked again.
+  void settle_unions() {
+    for (size_t round = 0, changed = 1; changed && round <= g_.nodes.size(); ++round) {
+      changed = 0;
+      for (auto& n : g_.nodes) {
+        if (n.kind != Kind::Union) continue;
+        std::bitset<256> first;
+        for (int o : n.options) first |= g_.nodes[static_cast<size_t>(o)].first;
+        if (first != n.first) n.first = first, changed = 1;
+      }
+    }
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      if (g_.nodes[i].kind == Kind::Union) {
+        auto it = union_paths_.find(static_cast<int>(i));
+        check_disjoint(g_.nodes[i].options, it == union_paths_.end() ? std::string() : it->second);
+      }
+  }
+
+  // Every node must have a finite value, or generation could only stop at the
+  // depth bound, mid-value (e.g. a required property that refers back to itself).
+  void require_finite_values() {
+    std::vector<char> finite(g_.nodes.size(), 0);
+    auto ok = [&](int x) { return finite[static_cast<size_t>(x)] != 0; };
+    for (size_t round = 0, changed = 1; changed && round <= g_.nodes.size(); ++round) {
+      changed = 0;
+      for (size_t i = 0; i < g_.nodes.size(); ++i) {
+        if (finite[i]) continue;
+        const Node& n = g_.nodes[i];
+        bool f = true;
+        if (n.kind == Kind::Object) {
+          for (const auto& p : n.properties) f = f && (!p.required || ok(p.value));
+        } else if (n.kind == Kind::Array) {
+          f = n.min_items == 0 || ok(n.items);
+        } else if (n.kind == Kind::Union) {
+          f = std::any_of(n.options.begin(), n.options.end(), ok);
+        }
+        if (f) finite[i] = 1, changed = 1;
+      }
+    }
+    if (std::find(finite.begin(), finite.end(), 0) != finite.end())
+      throw SchemaError("", "the schema has a part with no finite value (e.g. a required property that refers back "
+                            "to the object it is in)");
+  }
+
+  void check_disjoint(const std::vector<int>& options, const std::string& path) const {
     for (size_t i = 0; i < options.size(); ++i) {
       const auto& fi = g_.nodes[static_cast<size_t>(options[i])].first;
       for (size_t j = 0; j < i; ++j) {
@@ -365,10 +406,23 @@ class Compiler {
                                       "`; the options of a union must differ in how they begin (e.g. in type)");
         }
       }
-      u.first |= fi;
     }
+  }
+
+  // The options of a union must begin with different bytes: the automaton picks
+  // one by the first byte and never backtracks. Integer beside number is number.
+  int make_union(std::vector<int> options, const std::string& path) {
+    auto kind = [&](int x) { return g_.nodes[static_cast<size_t>(x)].kind; };
+    if (std::any_of(options.begin(), options.end(), [&](int x) { return kind(x) == Kind::Number; }))
+      std::erase_if(options, [&](int x) { return kind(x) == Kind::Integer; });
+    if (options.size() == 1) return options[0];
+    check_disjoint(options, path);
+    Node u = make(Kind::Union);
+    for (int o : options) u.first |= g_.nodes[static_cast<size_t>(o)].first;
     u.options = std::move(options);
-    return add(std::move(u));
+    const int node = add(std::move(u));
+    union_paths_[node] = path;
+    return node;
   }
 
   int ref(const json::object& o, const std::string& path, int depth) {
@@ -380,7 +434,6 @@ class Compiler {
     if (auto it = done_.find(target); it != done_.end()) return it->second;
     if (target.empty() || target[0] != '#')
       throw SchemaError(p, "only references within the schema (\"#/...\") are supported, got " + tick(target));
-    if (active_.count(target)) throw SchemaError(p, "recursive `$ref` " + tick(target) + " is not supported");
     // A JSON pointer: "/"-separated, "~1" for '/', "~0" for '~'.
     const json::value* v = &root_;
     std::string where;
@@ -397,11 +450,14 @@ class Compiler {
       where = join(where, token);
       pos = end;
     }
-    active_.insert(target);
+    // The target's node goes in a slot taken first, so a $ref back to it from
+    // within (a tree, a list) is an index like any other: recursion in the data.
+    const int slot = add(make(Kind::Union));
+    done_[target] = slot;
     const int node = compile(*v, where, depth);
-    active_.erase(target);
-    done_[target] = node;
-    return node;
+    g_.nodes[static_cast<size_t>(slot)] = g_.nodes[static_cast<size_t>(node)];
+    if (auto it = union_paths_.find(node); it != union_paths_.end()) union_paths_[slot] = it->second;
+    return slot;
   }
 
   const json::value& root_;
@@ -409,8 +465,8 @@ class Compiler {
   Grammar g_;
   int any_ = -1, string_ = -1;
   int nesting_ = 0;  // compile() calls in progress
-  std::map<std::string, int> done_;  // compiled $ref targets
-  std::set<std::string> active_;     // $ref targets being compiled (a repeat is recursion)
+  std::map<std::string, int> done_;         // $ref targets: their nodes' slots
+  std::map<int, std::string> union_paths_;  // where each union was declared
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // minItems, maxItems), string (minLength, maxLength), number, integer, boolean,
 // null, enum, const,
 // anyOf / oneOf whose options begin with different bytes (e.g. differ in type),
-// allOf of one schema, and local $ref (e.g. "#/$defs/Address"), not recursive.
+// allOf of one schema, and local $ref (e.g. "#/$defs/Address"), recursive too
+// (trees, lists) where the data has a finite value.
 // Annotations (title, description, default, examples, ...) are ignored; any
 // other keyword is refused rather than silently not enforced.
 #pragma once

@@ -200,18 +200,24 @@ class Run {
     return Outcome::Reject;
   }
 
-  // Counts characters: a UTF-8 continuation byte (10xxxxxx) adds none.
+  // Counts characters (code points; an escape is one).
   Outcome string(Frame& f, const Node& n, uint8_t c) {
     switch (f.phase) {
       case kStart:
         if (c != '"') return Outcome::Reject;
         f.phase = kStrBody;
+        f.hex = 0;
         return Outcome::Take;
       case kStrBody:
+        if (f.hex > 0) {  // inside a multi-byte character: its next byte must be in range
+          if (c < (f.prop >> 8) || c > (f.prop & 0xFF)) return Outcome::Reject;
+          --f.hex;
+          f.prop = 0x80BF;
+          return Outcome::Take;
+        }
         if (c == '"') return f.count >= n.min_length ? done() : Outcome::Reject;
-        if (c < 0x20) return Outcome::Reject;
-        if ((c & 0xC0) == 0x80) return Outcome::Take;
-        if (f.count >= n.max_length) return Outcome::Reject;
+        if (c < 0x20 || f.count >= n.max_length) return Outcome::Reject;
+        if (c >= 0x80) return utf8_lead(f, c);
         if (c == '\\') f.phase = kStrEscape;
         else ++f.count;
         return Outcome::Take;
@@ -232,11 +238,24 @@ class Run {
         if (!hex_digit(c)) return Outcome::Reject;
         if (++f.hex == 4) {
           f.phase = kStrBody;
+          f.hex = 0;
           ++f.count;
         }
         return Outcome::Take;
     }
     return Outcome::Reject;
+  }
+
+  // Well-formed UTF-8 only (no overlong forms, surrogates or code points past
+  // U+10FFFF), so the text is exactly what the client receives and lengths
+  // count as a validator counts them. f.hex: continuation bytes still due;
+  // f.prop: the range of the next one (low byte << 8 | high byte).
+  static Outcome utf8_lead(Frame& f, uint8_t c) {
+    if (c < 0xC2 || c > 0xF4) return Outcome::Reject;
+    ++f.count;
+    f.hex = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
+    f.prop = c == 0xE0 ? 0xA0BF : c == 0xED ? 0x809F : c == 0xF0 ? 0x90BF : c == 0xF4 ? 0x808F : 0x80BF;
+    return Outcome::Take;
   }
 
   // A number ends where a byte that cannot continue it begins what follows.
@@ -369,7 +388,7 @@ int Matcher::string_room() const {
   if (stack_.empty()) return -1;
   const Frame& f = stack_.back();
   const Node& n = g_->nodes[static_cast<size_t>(f.node)];
-  if (n.kind != Kind::String || f.phase != kStrBody) return -1;
+  if (n.kind != Kind::String || f.phase != kStrBody || f.hex > 0) return -1;
   return n.max_length - f.count;
 }
 

@@ -17,9 +17,9 @@ struct Frame {
   int32_t node;
   uint8_t phase;   // where in the value (per kind; 0 = nothing read yet)
   bool space;      // the optional space after ':' or ',' was written
-  int16_t hex;     // \uXXXX digits read
+  int16_t hex;     // string: \uXXXX digits read, or bytes due of a UTF-8 character
   int32_t count;   // array items, string bytes, digits, or offset into a key or literal
-  int32_t prop;    // object: the property whose value comes next
+  int32_t prop;    // object: the property whose value comes next; string: next byte's range
   uint64_t seen;   // object: properties written; literals: those still matching
   uint64_t keys;   // object: properties whose key still matches the key being read
 };
@@ -36,9 +36,9 @@ class Matcher {
   bool can_end() const;
   // It is whole and no byte may follow: generation is over.
   bool finished() const;
-  // Inside a string's content with no escape begun: how many more characters
-  // of plain bytes (not '"', '\\' or a control byte) it takes; -1 elsewhere.
-  // The token mask's fast path: such tokens need no trial run.
+  // Inside a string's content, between characters (no escape or multi-byte
+  // character begun): how many more characters it takes; -1 elsewhere. The
+  // token mask's fast path: tokens of plain, whole characters need no trial.
   int string_room() const;
 
   const Grammar& grammar() const { return *g_; }

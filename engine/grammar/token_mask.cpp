@@ -7,11 +7,29 @@
 namespace inferd::engine::grammar {
 namespace {
 
-// What a string's content takes without a trial: not its closing quote, not a
-// backslash (an escape), not a control byte.
-bool plain(char ch) {
-  const auto c = static_cast<uint8_t>(ch);
-  return c >= 0x20 && c != '"' && c != '\\';
+// What a string's content takes without a trial: no closing quote, backslash
+// (an escape) or control byte, and whole, well-formed UTF-8 characters only
+// (the rules of Matcher: no overlong forms, surrogates, or past U+10FFFF).
+bool plain(const std::string& b) {
+  for (size_t i = 0; i < b.size();) {
+    const auto c = static_cast<uint8_t>(b[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\') return false;
+      ++i;
+      continue;
+    }
+    if (c < 0xC2 || c > 0xF4) return false;
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    if (i + len > b.size()) return false;
+    const uint8_t lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const uint8_t hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<uint8_t>(b[i + k]);
+      if (cc < (k == 1 ? lo : 0x80) || cc > (k == 1 ? hi : 0xBF)) return false;
+    }
+    i += len;
+  }
+  return true;
 }
 
 // Characters a string's content gains from these bytes: continuation bytes add none.
@@ -30,7 +48,7 @@ TokenIndex::TokenIndex(std::vector<std::string> bytes) : bytes_(std::move(bytes)
     if (b.empty()) continue;
     const auto id = static_cast<int32_t>(i);
     by_first_[static_cast<uint8_t>(b[0])].push_back(id);
-    if (std::all_of(b.begin(), b.end(), plain)) {
+    if (plain(b)) {
       set(plain_, id);
       plain_by_length_.push_back(id);
       longest_plain_ = std::max(longest_plain_, chars(b));

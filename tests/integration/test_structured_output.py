@@ -106,6 +106,20 @@ def test_completions_and_n_choices_follow_the_schema(serving_daemon, client, mod
         jsonschema.validate(json.loads(c.text), PERSON)
 
 
+def test_recursive_schema(client, model_name):
+    tree = {"$ref": "#/$defs/topic", "$defs": {"topic": {
+        "type": "object",
+        "properties": {"title": {"type": "string", "maxLength": 30},
+                       "subtopics": {"type": "array", "items": {"$ref": "#/$defs/topic"}, "maxItems": 2}},
+        "required": ["title", "subtopics"], "additionalProperties": False}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "topic", "schema": tree, "strict": True}}
+    for stream in (False, True):
+        text, finish = generate(client, model_name, "Outline the topic of cooking as a tree.", stream,
+                                response_format=fmt, temperature=0.0, max_tokens=600)
+        assert finish == "stop", text
+        jsonschema.validate(json.loads(text), tree)
+
+
 def test_max_tokens_still_ends_a_constrained_output(client, model_name):
     text, finish = generate(client, model_name, PROMPTS[0], False, response_format=person_format(),
                             temperature=0.0, max_tokens=5)

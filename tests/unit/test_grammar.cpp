@@ -72,6 +72,11 @@ TEST_CASE("grammar: any JSON object") {
   CHECK_FALSE(matches(gr, "{\"a\":\"x\ny\"}"));  // a raw control byte in a string
   CHECK_FALSE(matches(gr, R"({"a":"\x"})"));
   CHECK_FALSE(matches(gr, R"({"a":tru})"));
+  // Strings hold well-formed UTF-8 only.
+  CHECK(matches(gr, "{\"a\":\"\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\"}"));
+  for (const char* bad : {"\xA9", "\xC3(", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80",
+                          "\xE2\x82"})
+    CHECK_FALSE(matches(gr, std::string("{\"a\":\"") + bad + "\"}"));
   CHECK_FALSE(matches(gr, R"({"a":1})" " "));  // nothing after the object
 
   g::Matcher m(gr);
@@ -103,6 +108,19 @@ TEST_CASE("grammar: a nested schema, strict order") {
   const auto loose = schema(kPerson, false);
   CHECK(matches(loose, R"({"age":31,"name":"Ann","address":{"zip":null,"city":"Oslo"}})"));
   CHECK_FALSE(matches(loose, R"({"age":31,"age":31,"name":"Ann","address":{"zip":null,"city":"Oslo"}})"));
+}
+
+TEST_CASE("grammar: recursive $ref (a tree and a list)") {
+  const auto tree = schema(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
+      "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v", "kids"], "additionalProperties": false}}})");
+  CHECK(matches(tree, R"({"v":1,"kids":[]})"));
+  CHECK(matches(tree, R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]},{"v":4,"kids":[]}]})"));
+  CHECK_FALSE(matches(tree, R"({"v":1,"kids":[{"v":2}]})"));
+  const auto list = schema(R"({"type": "object", "properties": {"v": {"type": "string"},
+      "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["v", "next"]})");
+  CHECK(matches(list, R"({"v":"a","next":{"v":"b","next":null}})"));
+  CHECK_FALSE(matches(list, R"({"v":"a","next":{"v":"b"}})"));
 }
 
 TEST_CASE("grammar: literals, numbers and bounds") {
@@ -154,8 +172,13 @@ TEST_CASE("grammar: schemas refused name the field") {
         "properties.x.anyOf");
   CHECK(error_path(R"({"type":"thing"})") == "type");
   CHECK(error_path(R"({"type":"object","properties":{"a":{}},"required":["b"]})") == "required[0]");
-  CHECK(error_path(R"({"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}}}},"$ref":"#/$defs/N"})") ==
-        "$defs.N.properties.n.$ref");
+  // A required property that refers back to its object has no finite value.
+  CHECK(error_path(R"({"$defs":{"N":{"type":"object","properties":{"n":{"$ref":"#/$defs/N"}},"required":["n"]}},
+                       "$ref":"#/$defs/N"})") == "");
+  // Options told apart only once a recursive $ref is filled are checked then.
+  CHECK(error_path(R"({"$defs":{"N":{"anyOf":[{"$ref":"#/$defs/N2"},{"type":"null"}]},
+                                   "N2":{"anyOf":[{"type":"object"},{"$ref":"#/$defs/N"}]}},
+                       "$ref":"#/$defs/N"})") != "(none)");
   CHECK(error_path(R"({"$ref":"#/$defs/Missing"})") == "$ref");
   CHECK(error_path(R"({"$ref":"http://example.com/s.json"})") == "$ref");
   CHECK(error_path(R"({"type":"array","items":[{"type":"string"}]})") == "items");
@@ -185,13 +208,14 @@ TEST_CASE("grammar: token mask equals trying every token") {
       "{", "}", "[", "]", ",", ":", " ", "\"", "{\"", "\"}", "\":", "\": ", "\",", "\", \"", ", ", "\n", "\\", "\\n",
       "\\u", "00", "e9", "name", "\"name\":", "age", "\"age", "city", "a", "b", "An", "n", " Oslo", "1", "12", "3",
       "-", ".", "5", "null", "nu", "ll", "true", "false", "\"a\"", "\"b\"]", "x\"", "é", "\xC3", "\xA9", "zip",
-      "address", "tags", "email", "\"}}", "}}", "\"]", "\t",
+      "address", "tags", "email", "\"}}", "}}", "\"]", "\t", "\xA9O", "\xC3\xA9\xC3", " \xC3", "\xC3\xA9\"",
   };
   const int32_t eos = 0;
   g::TokenIndex index(vocab);
   const auto gr = schema(kPerson);
   const std::string doc =
-      R"({"name": "An\u00e9 Oslo", "age": -12, "email": null, "tags": ["a", "b"], "address": {"city": "x", "zip": 3}})";
+      "{\"name\": \"An\\u00e9 \xC3\xA9O\", \"age\": -12,"
+      R"( "email": null, "tags": ["a", "b"], "address": {"city": "x", "zip": 3}})";
   g::Matcher m(gr);
   g::TokenSet got;
   const std::vector<int32_t> stops = {eos};
