@@ -327,7 +327,12 @@ class Generation : public std::enable_shared_from_this<Generation> {
       return ch;
     };
     const bool text = !p.reasoning.empty() || !p.content.empty();
-    if (text || (p.calls.empty() && (!d.tokens.empty() || d.finish != engine::FinishReason::None))) {
+    // Tokens that let nothing out (held back as a possible tag, or inside a
+    // call) send no chunk while a parser reads the output, as in vLLM, unless
+    // their logprobs are asked for.
+    const bool parsing = c.tools || c.reasoning;
+    const bool empty_tokens = !d.tokens.empty() && (!parsing || req_.logprobs());
+    if (text || (p.calls.empty() && (empty_tokens || d.finish != engine::FinishReason::None))) {
       openai::Choice& ch = next();
       ch.text = std::move(p.content);
       ch.reasoning = std::move(p.reasoning);

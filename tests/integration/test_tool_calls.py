@@ -142,3 +142,83 @@ def test_reasoning_split_on_real_output(start_daemon):
                     content += c["delta"].get("content") or ""
     assert reasoning == whole["reasoning_content"]
     assert content == ""
+
+
+# ---- calls the model writes ----
+# At temperature 0, after a few turns in which the assistant answered such
+# questions with a call, SmolLM2-135M answers the next one with a call too.
+
+def calls_turn(*cities):
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{i}", "type": "function",
+         "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}} for i, c in enumerate(cities)]}
+
+
+def ask(cities):
+    return {"role": "user", "content": "What is the weather in " + " and ".join(cities) + "?"}
+
+
+FEW_SHOT = [ask(["Paris"]), calls_turn("Paris"), ask(["Rome"]), calls_turn("Rome"), ask(["Madrid"])]
+FEW_SHOT_PARALLEL = [ask(["Paris", "Rome"]), calls_turn("Paris", "Rome"), ask(["Oslo", "Lima"]),
+                     calls_turn("Oslo", "Lima"), ask(["Berlin", "Madrid"])]
+
+
+def streamed(client, **kw):
+    """A streamed choice as the client joins it: content, calls by index, finish_reason, call-delta shapes."""
+    content, calls, finish, heads = "", {}, None, []
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            for t in c.delta.tool_calls or []:
+                if t.id:
+                    heads.append((t.index, t.id, t.type, t.function.name, t.function.arguments))
+                call = calls.setdefault(t.index, {"name": "", "arguments": ""})
+                call["name"] += t.function.name or ""
+                call["arguments"] += t.function.arguments or ""
+            finish = c.finish_reason or finish
+    return content, calls, finish, heads
+
+
+@pytest.mark.parametrize("messages,cities", [(FEW_SHOT, ["Madrid"]), (FEW_SHOT_PARALLEL, ["Berlin", "Madrid"])],
+                         ids=["one", "parallel"])
+def test_model_output_becomes_tool_calls(daemon, client, messages, cities):
+    kw = dict(model=daemon_model(daemon), messages=messages, tools=[WEATHER], max_tokens=100, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    calls = choice.message.tool_calls
+    assert [t.function.name for t in calls] == ["get_weather"] * len(cities)
+    assert [json.loads(t.function.arguments) for t in calls] == [{"city": c} for c in cities]
+    assert all(t.id.startswith("call_") and t.type == "function" for t in calls)
+    assert len({t.id for t in calls}) == len(calls)
+
+    # Streamed: no piece of a tag as content; each call opens with its id, type
+    # and name (arguments empty), then its arguments.
+    content, scalls, finish, heads = streamed(client, **kw)
+    assert content == ""
+    assert finish == "tool_calls"
+    assert [(i, tp, name, args) for i, _, tp, name, args in heads] == [
+        (i, "function", "get_weather", "") for i in range(len(cities))]
+    assert all(h[1].startswith("call_") for h in heads)
+    assert [scalls[i] for i in sorted(scalls)] == [
+        {"name": t.function.name, "arguments": t.function.arguments} for t in calls]
+
+
+def test_tool_result_reaches_the_model(daemon, client):
+    messages = [ask(["Madrid"]), calls_turn("Madrid"),
+                {"role": "tool", "tool_call_id": "call_0", "content": "Sunny, 31 degrees"}]
+    r = client.chat.completions.create(model=daemon_model(daemon), messages=messages, tools=[WEATHER], max_tokens=40,
+                                       **GREEDY)
+    assert "31 degrees" in r.choices[0].message.content
+
+
+def test_cut_off_call_is_content(daemon, client):
+    """A call cut by max_tokens never closes: it comes back as text, not lost and not a 500."""
+    kw = dict(model=daemon_model(daemon), messages=FEW_SHOT, tools=[WEATHER], max_tokens=8, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    assert r.choices[0].finish_reason == "length"
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.content.startswith("<tool_call>")
+    content, calls, finish, _ = streamed(client, **kw)
+    assert (content, calls, finish) == (r.choices[0].message.content, {}, "length")
