@@ -534,6 +534,9 @@ GenerateRequest parse_chat_request(const json::object& body) {
   r.messages = parse_messages(body);
   parse_common(body, r);
   r.chat = parse_chat_extras(body);
+  // Some models' <tool_call> tags are special tokens: skipping those would hide
+  // the calls from the parser (vLLM's hermes parser does the same).
+  if (r.chat.parse_tool_calls) r.skip_special_tokens = false;
   r.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
   r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(false);
   // max_completion_tokens is the current name; max_tokens the deprecated one.

@@ -243,3 +243,19 @@ TEST_CASE("a template with a tools section renders tool results in Hermes layout
   CHECK(smollm().chat.apply(u, true, ChatOptions{{}, false}) ==
         kSmolSystem + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
 }
+
+TEST_CASE("Llama 3 and plain templates get the same Hermes layout in their own turns") {
+  const ChatTemplate llama(ChatTemplate::Family::Llama3, {}, "<|begin_of_text|>");
+  Messages m{{"user", " Hi "}, {"assistant", ""}, {"tool", "r"}};
+  m[1].tool_calls = {{"f", "{}"}};
+  m[2].tool_call_id = "c";
+  CHECK(llama.apply(m, true, ChatOptions{{kTool}, {}}) ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" + kToolsSection +
+            "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n"
+            "</tool_call><|eot_id|><|start_header_id|>user<|end_header_id|>\n\n<tool_response>\nr\n</tool_response>"
+            "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  const ChatTemplate plain(ChatTemplate::Family::Plain);
+  CHECK(plain.apply(Messages{{"user", "x"}}, true, ChatOptions{{kTool}, {}}) ==
+        "system: " + kToolsSection + "\nuser: x\nassistant:");
+}

@@ -157,6 +157,7 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
   auto r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" + weather +
                                        "]}"));
   CHECK(r.chat.parse_tool_calls);  // tool_choice defaults to auto with tools
+  CHECK_FALSE(r.skip_special_tokens);  // tags that are special tokens must reach the parser
   REQUIRE(r.chat.template_options.tools.size() == 1);
   CHECK(json::parse(r.chat.template_options.tools[0]) == json::parse(weather));
 
@@ -165,6 +166,7 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
                                       "tools": [)" + weather + "]}"));
   CHECK_FALSE(r.chat.parse_tool_calls);
   CHECK(r.chat.template_options.tools.empty());
+  CHECK(r.skip_special_tokens);
   r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [],
                                       "tool_choice": "none", "parallel_tool_calls": true})"));
   CHECK_FALSE(r.chat.parse_tool_calls);
