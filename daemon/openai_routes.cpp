@@ -236,8 +236,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
         t.calls.insert(t.calls.end(), tail.calls.begin(), tail.calls.end());
       }
       p.content = std::move(t.content);
-      for (auto& call : t.calls)
+      for (auto& call : t.calls) {
+        if (!req_.chat.parallel_tool_calls && c.calls > 0) break;  // the client takes one call only
         p.calls.push_back({c.calls++, tool_call_id(), std::move(call.name), std::move(call.arguments)});
+      }
     }
     return p;
   }

@@ -317,7 +317,7 @@ ChatExtras parse_chat_extras(const json::object& body) {
   ChatExtras x;
   std::vector<std::string> tools = parse_tools(body);
   x.parse_tool_calls = parse_tool_choice(body, !tools.empty());
-  get_bool(body, "parallel_tool_calls");  // type-checked; every call the model makes is returned
+  x.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
   // tool_choice none: the model is not told about the tools at all.
   if (x.parse_tool_calls) x.template_options.tools = std::move(tools);
   if (const json::value* k = find(body, "chat_template_kwargs")) {

@@ -36,6 +36,7 @@ struct Prompt {
 struct ChatExtras {
   engine::ChatOptions template_options;
   bool parse_tool_calls = false;  // tools given and tool_choice auto: the output is searched for calls
+  bool parallel_tool_calls = true;  // false: only the first call is returned
 };
 
 // One /v1/chat/completions or /v1/completions request.

@@ -2,7 +2,9 @@
 // <tool_call>{"name": "...", "arguments": {...}}</tool_call>, any number of them,
 // with the text outside them as the answer. Text arrives in arbitrary pieces;
 // a piece that could still begin <tool_call> is held back, so a tag never
-// leaks out as text, and a call comes out whole once its closing tag arrives.
+// leaks out as text, and a call comes out whole once its closing tag arrives
+// (not as it is written: until then it may still turn out malformed, and a
+// malformed call is shown as text).
 //
 // The answer is the text outside the calls less the whitespace next to them
 // (the newlines models write between calls), the same whether the output

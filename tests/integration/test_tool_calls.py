@@ -222,3 +222,13 @@ def test_cut_off_call_is_content(daemon, client):
     assert r.choices[0].message.content.startswith("<tool_call>")
     content, calls, finish, _ = streamed(client, **kw)
     assert (content, calls, finish) == (r.choices[0].message.content, {}, "length")
+
+
+def test_parallel_tool_calls_false_returns_the_first_call(daemon, client):
+    kw = dict(model=daemon_model(daemon), messages=FEW_SHOT_PARALLEL, tools=[WEATHER], max_tokens=100,
+              parallel_tool_calls=False, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    assert [json.loads(t.function.arguments) for t in r.choices[0].message.tool_calls] == [{"city": "Berlin"}]
+    assert r.choices[0].finish_reason == "tool_calls"
+    content, calls, finish, _ = streamed(client, **kw)
+    assert (content, len(calls), finish) == ("", 1, "tool_calls")

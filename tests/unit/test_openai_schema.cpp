@@ -158,6 +158,7 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
                                        "]}"));
   CHECK(r.chat.parse_tool_calls);  // tool_choice defaults to auto with tools
   CHECK_FALSE(r.skip_special_tokens);  // tags that are special tokens must reach the parser
+  CHECK(r.chat.parallel_tool_calls);
   REQUIRE(r.chat.template_options.tools.size() == 1);
   CHECK(json::parse(r.chat.template_options.tools[0]) == json::parse(weather));
 
@@ -168,8 +169,9 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
   CHECK(r.chat.template_options.tools.empty());
   CHECK(r.skip_special_tokens);
   r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [],
-                                      "tool_choice": "none", "parallel_tool_calls": true})"));
+                                      "tool_choice": "none", "parallel_tool_calls": false})"));
   CHECK_FALSE(r.chat.parse_tool_calls);
+  CHECK_FALSE(r.chat.parallel_tool_calls);
 
   // A tool round trip: the assistant's calls (arguments as JSON text) and the result.
   r = oa::parse_chat_request(body(R"({"messages": [
