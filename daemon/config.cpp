@@ -22,6 +22,8 @@
 
 #include "faults/fault_points.hpp"
 #include "daemon/monitor_settings.hpp"
+#include "daemon/reasoning_parser.hpp"
+#include "daemon/tool_call_parser.hpp"
 #include "kernels/backend_factory.hpp"
 #include "inferd_config.h"
 
@@ -121,6 +123,17 @@ Key string_key(std::string_view section, std::string_view name, std::string_view
 }
 
 std::string not_empty(std::string& s) { return s.empty() ? "must not be empty" : ""; }
+
+std::string tool_call_parser_name(std::string& s) {
+  if (known_tool_call_parser(s)) return {};
+  return fmt::format("'{}' is not implemented; implemented: {} (empty: the chat template's format)", s,
+                     kToolCallParsers);
+}
+
+std::string reasoning_parser_name(std::string& s) {
+  if (reasoning_format(s)) return {};
+  return fmt::format("'{}' is not implemented; implemented: {} (empty: none)", s, kReasoningParsers);
+}
 
 // What is wrong with a key, never the key itself: errors reach logs.
 std::string admin_key_problem(std::string_view key) {
@@ -300,6 +313,12 @@ const std::vector<Key>& keys() {
                  "admin listener on a Unix socket at PATH", unix_socket_path),
       string_key("server", "served_model_name", "served-model-name", &C::server, &ServerConfig::served_model_name,
                  "model name the API reports and accepts"),
+      string_key("server", "tool_call_parser", "tool-call-parser", &C::server, &ServerConfig::tool_call_parser,
+                 "how tool calls are read from the output: hermes; empty: the chat template's format",
+                 tool_call_parser_name),
+      string_key("server", "reasoning_parser", "reasoning-parser", &C::server, &ServerConfig::reasoning_parser,
+                 "split reasoning_content from the answer: deepseek_r1 or qwen3; empty: no split",
+                 reasoning_parser_name),
       int_key("server", "max_body_bytes", "", &C::server, &ServerConfig::max_body_bytes, 1024, int64_t{1} << 30, ""),
       int_key("server", "idle_timeout_s", "", &C::server, &ServerConfig::idle_timeout_s, 1, 3600, ""),
       int_key("server", "request_timeout_s", "", &C::server, &ServerConfig::request_timeout_s, 1, 86400, ""),

@@ -38,6 +38,8 @@ struct ServerConfig {
   int admin_port = 0;              // the admin listener on 127.0.0.1; 0: none
   std::string admin_socket;        // the admin listener on a Unix socket; empty: none
   std::string served_model_name;  // empty: the model file's name
+  std::string tool_call_parser;   // vLLM's name; empty: the chat template's format
+  std::string reasoning_parser;   // vLLM's name; empty: no reasoning split
   int64_t max_body_bytes = 8 << 20;
   int idle_timeout_s = 60;
   int request_timeout_s = 600;

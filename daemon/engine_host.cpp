@@ -113,7 +113,10 @@ EngineHost::EngineHost(Daemon& daemon) {
   if (HttpServer* http = daemon.http())
     daemon.set_in_flight_ender(register_openai_routes(
         *http, daemon.lifecycle(), daemon.metrics(), [this] { return engine_.load(); },
-        {.served_model_name = daemon.config().model_name(), .api_key = daemon.config().server.api_key}));
+        {.served_model_name = daemon.config().model_name(),
+         .api_key = daemon.config().server.api_key,
+         .tool_call_parser = daemon.config().server.tool_call_parser,
+         .reasoning_parser = daemon.config().server.reasoning_parser}));
 }
 
 std::vector<health::Signal> EngineHost::group_signals() const {

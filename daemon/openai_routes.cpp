@@ -7,6 +7,7 @@
 #include <ctime>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "daemon/lifecycle.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/openai_schema.hpp"
+#include "daemon/reasoning_parser.hpp"
+#include "daemon/tool_call_parser.hpp"
 #include "engine/chat_template.hpp"
 #include "engine/engine.hpp"
 #include "engine/tokenizer.hpp"
@@ -45,6 +48,15 @@ Response error_response(const HttpError& e) {
 
 class Generation;
 
+// "call_" and 24 random letters and digits, as OpenAI's ids look.
+std::string tool_call_id() {
+  static constexpr std::string_view kChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kChars[rng() % kChars.size()];
+  return id;
+}
+
 // What every handler shares; lives as long as the routes and any request in flight.
 struct ApiContext : std::enable_shared_from_this<ApiContext> {
   ApiContext(const Lifecycle& lifecycle, Metrics& registry, EngineSource source, OpenAiOptions opts)
@@ -60,6 +72,8 @@ struct ApiContext : std::enable_shared_from_this<ApiContext> {
   const EngineSource engine;
   const OpenAiOptions options;
   EngineMetrics metrics;
+  // Config validation already refused unknown names.
+  const ReasoningFormat reasoning = reasoning_format(options.reasoning_parser).value_or(ReasoningFormat::None);
 
   void check_api_key(const Request& req) const { require_api_key(req, options.api_key); }
 
@@ -131,6 +145,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
             c.text_len = echo[p].size();
           }
           if (req_.logprobs()) c.acc.logprobs.emplace();
+          if (req_.api == Api::Chat) {
+            if (api_->reasoning != ReasoningFormat::None) c.reasoning.emplace(api_->reasoning);
+            if (req_.chat.parse_tool_calls) c.tools.emplace();
+          }
 
           engine::GenerationRequest r;
           r.id = total > 1 ? request_id + "-" + std::to_string(index) : request_id;
@@ -185,7 +203,47 @@ class Generation : public std::enable_shared_from_this<Generation> {
     bool counts_prompt = false;
     bool done = false;
     std::optional<Clock::time_point> last_token;
+    // Chat output parsers: reasoning first, then tool calls in the answer.
+    std::optional<ReasoningParser> reasoning;
+    std::optional<HermesToolParser> tools;
+    int calls = 0;
   };
+
+  // What a delta's text is once the parsers have read it.
+  struct Parsed {
+    std::string reasoning, content;
+    std::vector<openai::ToolCall> calls;
+  };
+
+  Parsed parse(ChoiceState& c, const std::string& text, bool finished) {
+    Parsed p;
+    if (c.reasoning) {
+      ReasoningSplit r = c.reasoning->push(text);
+      if (finished) {
+        ReasoningSplit tail = c.reasoning->finish();
+        r.reasoning += tail.reasoning;
+        r.content += tail.content;
+      }
+      p.reasoning = std::move(r.reasoning);
+      p.content = std::move(r.content);
+    } else {
+      p.content = text;
+    }
+    if (c.tools) {
+      ToolCallSplit t = c.tools->push(p.content);
+      if (finished) {
+        ToolCallSplit tail = c.tools->finish();
+        t.content += tail.content;
+        t.calls.insert(t.calls.end(), tail.calls.begin(), tail.calls.end());
+      }
+      p.content = std::move(t.content);
+      for (auto& call : t.calls) {
+        if (!req_.chat.parallel_tool_calls && c.calls > 0) break;  // the client takes one call only
+        p.calls.push_back({c.calls++, tool_call_id(), std::move(call.name), std::move(call.arguments)});
+      }
+    }
+    return p;
+  }
 
   Response stream_head() const {
     Response head;
@@ -231,10 +289,14 @@ class Generation : public std::enable_shared_from_this<Generation> {
         error_ = d.error.empty() ? "the generation failed" : d.error;
     }
 
+    Parsed parsed = parse(c, d.text, finished);
+    c.acc.called = c.calls > 0;
     if (req_.stream) {
-      stream(c, d);
+      stream(c, d, std::move(parsed));
     } else {
-      c.acc.text += d.text;
+      c.acc.text += parsed.content;
+      c.acc.reasoning += parsed.reasoning;
+      for (auto& call : parsed.calls) c.acc.tool_calls.push_back(std::move(call));
       if (c.acc.logprobs) c.acc.logprobs->insert(c.acc.logprobs->end(), d.tokens.begin(), d.tokens.end());
       if (finished) {
         c.acc.finish = d.finish;
@@ -244,19 +306,50 @@ class Generation : public std::enable_shared_from_this<Generation> {
     if (remaining_ == 0) complete();
   }
 
-  void stream(ChoiceState& c, const engine::Delta& d) {
+  void stream(ChoiceState& c, const engine::Delta& d, Parsed p) {
     if (d.finish == engine::FinishReason::Error) {
       // vLLM's shape for a failure mid-stream: an error object in a data event.
       out_->write(openai::sse_event(json::object{{"error", error_object(500, error_)}}));
       return;
     }
-    if (d.text.empty() && d.tokens.empty() && d.finish == engine::FinishReason::None) return;
-    openai::Choice delta{c.acc.index, d.text, std::nullopt, d.finish, d.stop_reason};
-    if (req_.logprobs()) delta.logprobs = d.tokens;
-    const json::object chunk = req_.api == Api::Chat ? openai::chat_chunk(meta_, delta, bytes_)
-                                                     : openai::completion_chunk(meta_, delta, c.text_len, bytes_);
-    c.text_len += d.text.size();
-    out_->write(openai::sse_event(chunk));
+    if (req_.api == Api::Completions) {
+      if (d.text.empty() && d.tokens.empty() && d.finish == engine::FinishReason::None) return;
+      openai::Choice delta{c.acc.index, d.text, std::nullopt, d.finish, d.stop_reason};
+      if (req_.logprobs()) delta.logprobs = d.tokens;
+      out_->write(openai::sse_event(openai::completion_chunk(meta_, delta, c.text_len, bytes_)));
+      c.text_len += d.text.size();
+      return;
+    }
+    // Chat: reasoning and answer text in one chunk, then each call as vLLM
+    // streams it: its id, type and name, then its arguments. The last chunk
+    // carries the finish reason, the first the logprobs.
+    std::vector<openai::Choice> chunks;
+    auto next = [&]() -> openai::Choice& {
+      openai::Choice& ch = chunks.emplace_back();
+      ch.index = c.acc.index;
+      return ch;
+    };
+    const bool text = !p.reasoning.empty() || !p.content.empty();
+    // Tokens that let nothing out (held back as a possible tag, or inside a
+    // call) send no chunk while a parser reads the output, as in vLLM, unless
+    // their logprobs are asked for.
+    const bool parsing = c.tools || c.reasoning;
+    const bool empty_tokens = !d.tokens.empty() && (!parsing || req_.logprobs());
+    if (text || (p.calls.empty() && (empty_tokens || d.finish != engine::FinishReason::None))) {
+      openai::Choice& ch = next();
+      ch.text = std::move(p.content);
+      ch.reasoning = std::move(p.reasoning);
+    }
+    for (auto& call : p.calls) {
+      next().tool_calls.push_back({call.index, call.id, call.name, ""});
+      next().tool_calls.push_back({call.index, "", "", std::move(call.arguments)});
+    }
+    if (chunks.empty()) return;
+    if (req_.logprobs()) chunks.front().logprobs = d.tokens;
+    chunks.back().finish = d.finish;
+    chunks.back().stop_reason = d.stop_reason;
+    chunks.back().called = c.calls > 0;
+    for (const auto& ch : chunks) out_->write(openai::sse_event(openai::chat_chunk(meta_, ch, bytes_)));
   }
 
   void complete() {
@@ -320,7 +413,8 @@ void generate(ApiContext& api, Api kind, const Request& req, const std::shared_p
     // Special tokens are parsed in the template's own text only: what a client
     // writes in a message is text, never a control token.
     try {
-      prompts.push_back(eng->chat_template().encode(tok, g.messages, g.add_generation_prompt, g.add_special_tokens));
+      prompts.push_back(eng->chat_template().encode(tok, g.messages, g.add_generation_prompt, g.add_special_tokens,
+                                                    g.chat.template_options));
     } catch (const engine::ChatTemplateError& e) {
       throw HttpError(400, e.what(), {}, "messages");
     }
@@ -367,7 +461,8 @@ void tokenize(ApiContext& api, const Request& req, const std::shared_ptr<Respond
     ids = eng->tokenizer().encode(*t.prompt, t.add_special_tokens, /*parse_special=*/true);
   } else {
     try {  // as a chat request tokenizes them
-      ids = eng->chat_template().encode(eng->tokenizer(), t.messages, t.add_generation_prompt, t.add_special_tokens);
+      ids = eng->chat_template().encode(eng->tokenizer(), t.messages, t.add_generation_prompt, t.add_special_tokens,
+                                        t.chat.template_options);
     } catch (const engine::ChatTemplateError& e) {
       throw HttpError(400, e.what(), {}, "messages");
     }

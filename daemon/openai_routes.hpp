@@ -26,6 +26,10 @@ struct OpenAiOptions {
   std::string served_model_name;
   // Non-empty: the /v1 routes require "Authorization: Bearer <api_key>".
   std::string api_key;
+  // vLLM's parser names (config.hpp): how tool calls and reasoning are read
+  // from chat output. Empty tool_call_parser: the chat template's format.
+  std::string tool_call_parser;
+  std::string reasoning_parser;
 };
 
 // The engine to serve with, or null while none is loaded (the routes then answer 503).

@@ -1,11 +1,13 @@
 #include "daemon/openai_schema.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <sstream>
 
 #include <boost/json/array.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include "daemon/json_error.hpp"
@@ -173,6 +175,44 @@ std::string message_content(const json::object& m, const std::string& param, con
   return text;
 }
 
+void check_function_name(const std::string& name, const std::string& param);
+
+// An assistant turn's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}],
+// arguments being the JSON text of an object, as the API returned it.
+std::vector<engine::ChatToolCall> message_tool_calls(const json::object& m, const std::string& param) {
+  const json::value* v = find(m, "tool_calls");
+  if (!v) return {};
+  const std::string tparam = param + ".tool_calls";
+  if (!v->is_array()) invalid(tparam, backticked(tparam) + " must be an array, got " + kind_of(*v));
+  std::vector<engine::ChatToolCall> out;
+  const json::array& a = v->get_array();
+  for (size_t j = 0; j < a.size(); ++j) {
+    const std::string cparam = tparam + "[" + std::to_string(j) + "]";
+    if (!a[j].is_object()) invalid(cparam, backticked(cparam) + " must be an object, got " + kind_of(a[j]));
+    const json::object& c = a[j].get_object();
+    if (const json::value* type = find(c, "type"); type && as_string(*type, cparam + ".type") != "function")
+      invalid(cparam + ".type", backticked(cparam + ".type") + " must be `function`");
+    if (const json::value* id = find(c, "id")) as_string(*id, cparam + ".id");
+    const std::string fparam = cparam + ".function";
+    const json::value* f = find(c, "function");
+    if (!f) invalid(fparam, backticked(fparam) + " is required");
+    if (!f->is_object()) invalid(fparam, backticked(fparam) + " must be an object, got " + kind_of(*f));
+    const json::value* name = find(f->get_object(), "name");
+    if (!name) invalid(fparam + ".name", backticked(fparam + ".name") + " is required");
+    engine::ChatToolCall call{as_string(*name, fparam + ".name"), {}};
+    check_function_name(call.name, fparam + ".name");
+    const std::string aparam = fparam + ".arguments";
+    const json::value* args = find(f->get_object(), "arguments");
+    if (!args) invalid(aparam, backticked(aparam) + " is required");
+    boost::system::error_code ec;
+    const json::value parsed = json::parse(as_string(*args, aparam), ec);
+    if (ec || !parsed.is_object()) invalid(aparam, backticked(aparam) + " must be the JSON text of an object");
+    call.arguments = json::serialize(parsed);
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 std::vector<ChatMessage> parse_messages(const json::object& body) {
   const json::value* v = find(body, "messages");
   if (!v) invalid("messages", "`messages` is required");
@@ -192,20 +232,108 @@ std::vector<ChatMessage> parse_messages(const json::object& body) {
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
       invalid(param + ".role", "unknown role `" + role + "` in " + backticked(param + ".role") +
                                    "; expected system, developer, user, assistant or tool");
-    out.push_back({role, message_content(m, param, role)});
+    ChatMessage msg{role, message_content(m, param, role)};
+    if (role == "assistant") msg.tool_calls = message_tool_calls(m, param);
+    if (role == "tool") {
+      const json::value* id = find(m, "tool_call_id");
+      if (!id) invalid(param + ".tool_call_id", backticked(param + ".tool_call_id") + " is required for role `tool`");
+      msg.tool_call_id = as_string(*id, param + ".tool_call_id");
+    }
+    out.push_back(std::move(msg));
   }
   return out;
+}
+
+// A function name as OpenAI allows it; it also needs no escaping in JSON.
+void check_function_name(const std::string& name, const std::string& param) {
+  const bool ok = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+  if (!ok)
+    invalid(param, backticked(param) + " must be 1 to 64 characters of a-z, A-Z, 0-9, underscores, dots and dashes");
+}
+
+const json::object& object_field(const json::object& o, std::string_view key, const std::string& param) {
+  const json::value* v = find(o, key);
+  if (!v) invalid(param, backticked(param) + " is required");
+  if (!v->is_object()) invalid(param, backticked(param) + " must be an object, got " + kind_of(*v));
+  return v->get_object();
+}
+
+// tools: [{"type": "function", "function": {"name", "description", "parameters"}}],
+// each kept as its JSON text for the template.
+std::vector<std::string> parse_tools(const json::object& body) {
+  const json::value* v = find(body, "tools");
+  if (!v) return {};
+  if (!v->is_array()) invalid("tools", "`tools` must be an array, got " + kind_of(*v));
+  const json::array& a = v->get_array();
+  std::vector<std::string> out;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string param = "tools[" + std::to_string(i) + "]";
+    if (!a[i].is_object()) invalid(param, backticked(param) + " must be an object, got " + kind_of(a[i]));
+    const json::object& t = a[i].get_object();
+    const json::value* type = find(t, "type");
+    if (!type) invalid(param + ".type", backticked(param + ".type") + " is required");
+    if (as_string(*type, param + ".type") != "function")
+      invalid(param + ".type", backticked(param + ".type") + " must be `function`");
+    const std::string fparam = param + ".function";
+    const json::object& f = object_field(t, "function", fparam);
+    const json::value* name = find(f, "name");
+    if (!name) invalid(fparam + ".name", backticked(fparam + ".name") + " is required");
+    const std::string n = as_string(*name, fparam + ".name");
+    check_function_name(n, fparam + ".name");
+    if (std::find(names.begin(), names.end(), n) != names.end())
+      invalid(fparam + ".name", "two tools are named `" + n + "`");
+    names.push_back(n);
+    if (const json::value* d = find(f, "description")) as_string(*d, fparam + ".description");
+    if (const json::value* p = find(f, "parameters"); p && !p->is_object())
+      invalid(fparam + ".parameters", backticked(fparam + ".parameters") + " must be a JSON schema object, got " +
+                                          kind_of(*p));
+    // strict means outputs forced to the schema, which needs constrained decoding.
+    if (const json::value* st = find(f, "strict"); st && as_bool(*st, fparam + ".strict"))
+      invalid(fparam + ".strict", backticked(fparam + ".strict") + " (schema-constrained arguments) is not supported by this server");
+    out.push_back(json::serialize(a[i]));
+  }
+  return out;
+}
+
+// tool_choice: "none" or "auto". "required" and a named function need the
+// output constrained to a call, which this server cannot do yet.
+bool parse_tool_choice(const json::object& body, bool has_tools) {
+  const json::value* v = find(body, "tool_choice");
+  if (!v) return has_tools;
+  if (v->is_object())
+    invalid("tool_choice", "`tool_choice` naming a function is not supported by this server; use `auto` or `none`");
+  const std::string c = as_string(*v, "tool_choice");
+  if (c == "none") return false;
+  if (c == "required")
+    invalid("tool_choice", "`tool_choice` `required` is not supported by this server; use `auto` or `none`");
+  if (c != "auto") invalid("tool_choice", "`tool_choice` must be `none`, `auto`, `required` or an object, got `" + c + "`");
+  if (!has_tools) invalid("tool_choice", "`tool_choice` `auto` needs `tools`");
+  return true;
+}
+
+ChatExtras parse_chat_extras(const json::object& body) {
+  ChatExtras x;
+  std::vector<std::string> tools = parse_tools(body);
+  x.parse_tool_calls = parse_tool_choice(body, !tools.empty());
+  x.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
+  // tool_choice none: the model is not told about the tools at all.
+  if (x.parse_tool_calls) x.template_options.tools = std::move(tools);
+  if (const json::value* k = find(body, "chat_template_kwargs")) {
+    if (!k->is_object())
+      invalid("chat_template_kwargs", "`chat_template_kwargs` must be an object, got " + kind_of(*k));
+    if (const json::value* t = find(k->get_object(), "enable_thinking"))
+      x.template_options.enable_thinking = as_bool(*t, "chat_template_kwargs.enable_thinking");
+  }
+  return x;
 }
 
 // ---- common generation fields ----
 
 // Fields this server does not implement: refusing them beats silently ignoring them.
 void reject_unsupported(const json::object& body) {
-  if (const json::value* v = find(body, "tools"); v && v->is_array() && !v->get_array().empty()) {
-    const json::value* choice = find(body, "tool_choice");
-    if (!(choice && choice->is_string() && choice->get_string() == "none"))
-      invalid("tools", "`tools` (function calling) is not supported by this server");
-  }
   if (const json::value* v = find(body, "logit_bias"); v && !(v->is_object() && v->get_object().empty()))
     invalid("logit_bias", "`logit_bias` is not supported by this server");
   if (const json::value* v = find(body, "suffix"); v && !(v->is_string() && v->get_string().empty()))
@@ -402,6 +530,32 @@ json::value stop_reason_json(const Choice& c) {
   return c.stop_reason.empty() ? json::value(nullptr) : json::value(valid_utf8(c.stop_reason));
 }
 
+// "tool_calls" for a choice that called tools and stopped by itself, as vLLM.
+json::value chat_finish_json(const Choice& c) {
+  if (c.called && c.finish == engine::FinishReason::Stop) return "tool_calls";
+  return finish_reason_json(c.finish);
+}
+
+json::object tool_call_json(const ToolCall& t, bool chunk) {
+  json::object function;
+  if (!t.name.empty()) function["name"] = t.name;
+  function["arguments"] = valid_utf8(t.arguments);
+  json::object out;
+  if (chunk) out["index"] = t.index;
+  if (!t.id.empty()) {
+    out["id"] = t.id;
+    out["type"] = "function";
+  }
+  out["function"] = std::move(function);
+  return out;
+}
+
+json::array tool_calls_json(const Choice& c, bool chunk) {
+  json::array a;
+  for (const ToolCall& t : c.tool_calls) a.push_back(tool_call_json(t, chunk));
+  return a;
+}
+
 json::object envelope(const ResponseMeta& meta, std::string_view object) {
   return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
 }
@@ -413,6 +567,10 @@ GenerateRequest parse_chat_request(const json::object& body) {
   r.api = Api::Chat;
   r.messages = parse_messages(body);
   parse_common(body, r);
+  r.chat = parse_chat_extras(body);
+  // Some models' <tool_call> tags are special tokens: skipping those would hide
+  // the calls from the parser (vLLM's hermes parser does the same).
+  if (r.chat.parse_tool_calls) r.skip_special_tokens = false;
   r.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
   r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(false);
   // max_completion_tokens is the current name; max_tokens the deprecated one.
@@ -431,6 +589,9 @@ GenerateRequest parse_completion_request(const json::object& body) {
   r.api = Api::Completions;
   r.prompts = parse_prompts(body);
   parse_common(body, r);
+  for (std::string_view chat_only : {"tools", "tool_choice"})
+    if (find(body, chat_only))
+      invalid(chat_only, backticked(chat_only) + " is only supported in /v1/chat/completions");
   if (r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(kMaxChoices))
     invalid("n", "`n` times the number of prompts must be at most " + std::to_string(kMaxChoices));
   r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(true);
@@ -455,6 +616,7 @@ TokenizeRequest parse_tokenize_request(const json::object& body) {
     r.prompt = *get_string(body, "prompt");
   } else {
     r.messages = parse_messages(body);
+    r.chat = parse_chat_extras(body);
     r.add_special_tokens = false;
     r.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
   }
@@ -506,11 +668,17 @@ json::object chat_response(const ResponseMeta& meta, std::span<const Choice> cho
   json::object out = envelope(meta, "chat.completion");
   json::array arr;
   for (const auto& c : choices) {
+    json::object message{{"role", "assistant"}};
+    // A turn that only called tools has no content, as OpenAI answers it.
+    if (c.tool_calls.empty() || !c.text.empty()) message["content"] = valid_utf8(c.text);
+    else message["content"] = nullptr;
+    if (!c.reasoning.empty()) message["reasoning_content"] = valid_utf8(c.reasoning);
+    if (!c.tool_calls.empty()) message["tool_calls"] = tool_calls_json(c, false);
     arr.push_back(json::object{
         {"index", c.index},
-        {"message", json::object{{"role", "assistant"}, {"content", valid_utf8(c.text)}}},
+        {"message", std::move(message)},
         {"logprobs", chat_logprobs(c, bytes)},
-        {"finish_reason", finish_reason_json(c.finish)},
+        {"finish_reason", chat_finish_json(c)},
         {"stop_reason", stop_reason_json(c)},
     });
   }
@@ -548,10 +716,15 @@ json::object chat_role_chunk(const ResponseMeta& meta, int index) {
 
 json::object chat_chunk(const ResponseMeta& meta, const Choice& delta, const TokenBytes& bytes) {
   json::object out = envelope(meta, "chat.completion.chunk");
+  json::object d;
+  if (!delta.reasoning.empty()) d["reasoning_content"] = valid_utf8(delta.reasoning);
+  if (!delta.text.empty() || (delta.reasoning.empty() && delta.tool_calls.empty()))
+    d["content"] = valid_utf8(delta.text);
+  if (!delta.tool_calls.empty()) d["tool_calls"] = tool_calls_json(delta, true);
   json::object choice{{"index", delta.index},
-                      {"delta", json::object{{"content", valid_utf8(delta.text)}}},
+                      {"delta", std::move(d)},
                       {"logprobs", chat_logprobs(delta, bytes)},
-                      {"finish_reason", finish_reason_json(delta.finish)}};
+                      {"finish_reason", chat_finish_json(delta)}};
   if (delta.finish != engine::FinishReason::None) choice["stop_reason"] = stop_reason_json(delta);
   out["choices"] = json::array{std::move(choice)};
   return out;

@@ -33,11 +33,20 @@ struct Prompt {
   std::vector<int32_t> tokens;  // non-empty: the prompt is these ids and `text` is unused
 };
 
+// What a chat request adds to its messages for the template: tools (each
+// definition as JSON text; only with tool_choice auto) and chat_template_kwargs.
+struct ChatExtras {
+  engine::ChatOptions template_options;
+  bool parse_tool_calls = false;  // tools given and tool_choice auto: the output is searched for calls
+  bool parallel_tool_calls = true;  // false: only the first call is returned
+};
+
 // One /v1/chat/completions or /v1/completions request.
 struct GenerateRequest {
   Api api = Api::Chat;
   std::string model;                  // empty: not named by the client
   std::vector<ChatMessage> messages;  // chat
+  ChatExtras chat;                    // chat
   bool add_generation_prompt = true;  // chat
   std::vector<Prompt> prompts;        // completions: one or more (a batch)
   bool echo = false;                  // completions: the prompt text leads the output
@@ -68,6 +77,7 @@ struct TokenizeRequest {
   std::string model;
   std::optional<std::string> prompt;
   std::vector<ChatMessage> messages;  // used when prompt is empty
+  ChatExtras chat;                    // tools and chat_template_kwargs, as a chat request
   bool add_generation_prompt = true;
   bool add_special_tokens = true;     // default false for messages, as vLLM
 };
@@ -89,13 +99,25 @@ struct ResponseMeta {
 // The bytes a token id stands for (special tokens included), for logprobs.
 using TokenBytes = std::function<std::string(int32_t)>;
 
+// A tool call as the response carries it. In a stream chunk a call comes as two
+// deltas: id, type and name with empty arguments, then (id and name empty) the arguments.
+struct ToolCall {
+  int index = 0;  // the call's place among the choice's calls
+  std::string id;  // "call_..."
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
 // One choice, finished (a whole response) or in part (one stream chunk).
 struct Choice {
   int index = 0;
-  std::string text;
+  std::string text;  // the answer (chat: content)
   std::optional<std::vector<engine::TokenOut>> logprobs;  // nullopt: not asked for
   engine::FinishReason finish = engine::FinishReason::None;
   std::string stop_reason;  // the stop string that matched, if any
+  std::string reasoning = {};  // chat: reasoning_content; empty: none
+  std::vector<ToolCall> tool_calls = {};  // chat
+  bool called = false;  // chat: the choice made tool calls, so a natural stop is "tool_calls"
 };
 
 // "stop", "length", "abort" (cancelled, as vLLM), or null while unfinished.

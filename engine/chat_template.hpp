@@ -5,6 +5,7 @@
 // "<|im_end|>" is that text, never the control token.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -17,9 +18,28 @@ namespace inferd::engine {
 
 class GgufFile;
 
+// A call an assistant turn made: the function's name and its arguments as the
+// JSON text of an object.
+struct ChatToolCall {
+  std::string name;
+  std::string arguments;
+};
+
 struct ChatMessage {
   std::string role;  // system, user, assistant or tool
   std::string content;
+  std::vector<ChatToolCall> tool_calls = {};  // assistant
+  std::string tool_call_id = {};               // tool: the call this answers
+};
+
+// What a request adds to its messages.
+struct ChatOptions {
+  // Each tool's definition as JSON text ({"type":"function","function":{...}}).
+  // Empty: no tools section.
+  std::vector<std::string> tools;
+  // chat_template_kwargs.enable_thinking, for templates that read it (Qwen3);
+  // unset: the template's default (thinking on).
+  std::optional<bool> enable_thinking;
 };
 
 // A rendered prompt: its text and where the messages' content lies in it.
@@ -56,23 +76,42 @@ class ChatTemplate {
 
   // The prompt. Throws ChatTemplateError for a role other than system, user,
   // assistant or tool.
-  ChatPrompt render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-    return render(messages, add_generation_prompt).text;
+  //
+  // Tools are written Hermes-style, as Qwen2.5's template writes them: their
+  // definitions inside <tools></tools> in the system turn, an assistant's calls
+  // as <tool_call>{"name": ..., "arguments": {...}}</tool_call>, and tool results
+  // as <tool_response> blocks in a user turn. A template without a tools section
+  // (SmolLM2's) gets the same layout, so every model sees one documented format.
+  ChatPrompt render(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                    const ChatOptions& options = {}) const;
+  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                    const ChatOptions& options = {}) const {
+    return render(messages, add_generation_prompt, options).text;
   }
   // The prompt's token ids: the template's control tokens become their ids, the
   // messages' content is tokenized as plain text. `add_special`: BOS/EOS where
   // the tokenizer asks for them (the template may already write BOS).
   std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                              bool add_generation_prompt, bool add_special = false) const;
+                              bool add_generation_prompt, bool add_special = false,
+                              const ChatOptions& options = {}) const;
 
   Family family() const { return family_; }
   const std::string& default_system() const { return default_system_; }
+  // The template has a tools section (writes <tool_call>): tool results are
+  // <tool_response> blocks even in a request without tools.
+  bool has_tool_section() const { return tool_section_; }
+  // The template reads enable_thinking (Qwen3): off writes an empty think block.
+  bool has_thinking_switch() const { return thinking_switch_; }
+  // The name of the tool-call format this template's model writes (vLLM's
+  // --tool-call-parser name): "hermes", the only layout render() writes.
+  std::string_view tool_call_format() const { return "hermes"; }
 
  private:
   Family family_;
   std::string default_system_;
   std::string bos_text_;
+  bool tool_section_ = false;
+  bool thinking_switch_ = false;
 };
 
 std::string_view to_string(ChatTemplate::Family family);

@@ -158,3 +158,104 @@ TEST_CASE("an unrecognised template falls back to plain role-prefixed text") {
   CHECK(chat.apply(Messages{{"system", "S"}, {"user", "Hi"}}, true) == "system: S\nuser: Hi\nassistant:");
   CHECK(to_string(chat.family()) == "plain");
 }
+
+namespace {
+
+const std::string kTool = R"({"type":"function","function":{"name":"get_weather"}})";
+const std::string kToolsSection =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n" +
+    kTool +
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call>";
+
+}  // namespace
+
+TEST_CASE("tools go into the system turn, after the default or the client's system message") {
+  const ChatTemplate& chat = smollm().chat;
+  CHECK_FALSE(chat.has_tool_section());  // SmolLM2's template has none: the Hermes layout is ours
+  CHECK(chat.tool_call_format() == "hermes");
+  const ChatOptions opts{{kTool}, {}};
+  CHECK(chat.apply(Messages{{"user", "Hi"}}, true, opts) ==
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face\n\n" + kToolsSection +
+            "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(chat.apply(Messages{{"system", "Be terse."}, {"user", "Hi"}}, false, opts) ==
+        "<|im_start|>system\nBe terse.\n\n" + kToolsSection + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  // Without a default system message the section stands alone.
+  const ChatTemplate bare(ChatTemplate::Family::ChatML);
+  CHECK(bare.apply(Messages{{"user", "Hi"}}, false, opts) ==
+        "<|im_start|>system\n" + kToolsSection + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST_CASE("an assistant's tool calls and the tool results render as Qwen2.5's template renders them") {
+  const ChatTemplate& chat = smollm().chat;
+  Messages m{{"system", "S"}, {"user", "Weather in Paris and Rome?"}, {"assistant", ""}, {"tool", "22 C"},
+             {"tool", "25 C"}};
+  m[2].tool_calls = {{"get_weather", R"({"city":"Paris"})"}, {"get_weather", R"({"city":"Rome"})"}};
+  m[3].tool_call_id = "call_1";
+  m[4].tool_call_id = "call_2";
+  const ChatOptions opts{{kTool}, {}};
+  CHECK(chat.apply(m, true, opts) ==
+        "<|im_start|>system\nS\n\n" + kToolsSection +
+            "<|im_end|>\n<|im_start|>user\nWeather in Paris and Rome?<|im_end|>\n"
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n"
+            "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Rome\"}}\n</tool_call>"
+            "<|im_end|>\n<|im_start|>user\n<tool_response>\n22 C\n</tool_response>\n<tool_response>\n25 C\n"
+            "</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  // Content before the calls comes first.
+  Messages said{{"user", "x"}, {"assistant", "Checking."}};
+  said[1].tool_calls = {{"f", "{}"}};
+  CHECK(chat.apply(said, false) ==
+        kSmolSystem +
+            "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\nChecking.\n<tool_call>\n{\"name\": \"f\", "
+            "\"arguments\": {}}\n</tool_call><|im_end|>\n");
+  // Tool definitions, names and arguments are the client's text: control tokens in them are not parsed.
+  const ChatPrompt p = chat.render(m, true, ChatOptions{{"{\"x\":\"<|im_end|>\"}"}, {}});
+  const auto ids = chat.encode(*smollm().tokenizer, m, true, false, ChatOptions{{"{\"x\":\"<|im_end|>\"}"}, {}});
+  // <|im_end|> closes the four turns (system, user, assistant, the results' user turn), never the tool's text.
+  CHECK(std::count(ids.begin(), ids.end(), 2) == 4);
+  CHECK(smollm().tokenizer->decode(ids, false) == p.text);
+}
+
+TEST_CASE("a template with a tools section renders tool results in Hermes layout without tools too") {
+  const std::string qwen =
+      "{%- if tools %}<|im_start|>system\\n# Tools <tools></tools> <tool_call></tool_call>{%- endif %}"
+      "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+      "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}";
+  const ChatTemplate chat = ChatTemplate::detect(qwen);
+  CHECK(chat.family() == ChatTemplate::Family::ChatML);
+  CHECK(chat.has_tool_section());
+  CHECK(chat.has_thinking_switch());
+  Messages m{{"user", "x"}, {"tool", "r"}};
+  m[1].tool_call_id = "c";
+  const std::string sys =
+      "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
+  CHECK(chat.apply(m, false) ==
+        sys + "<|im_start|>user\nx<|im_end|>\n<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n");
+  // enable_thinking false: the empty think block after the generation prompt; unset or true: none.
+  const Messages u{{"user", "x"}};
+  CHECK(chat.apply(u, true, ChatOptions{{}, false}) ==
+        sys + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  CHECK(chat.apply(u, true, ChatOptions{{}, true}) == sys + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(chat.apply(u, true) == sys + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+  // A template that does not read enable_thinking ignores it.
+  CHECK(smollm().chat.apply(u, true, ChatOptions{{}, false}) ==
+        kSmolSystem + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("Llama 3 and plain templates get the same Hermes layout in their own turns") {
+  const ChatTemplate llama(ChatTemplate::Family::Llama3, {}, "<|begin_of_text|>");
+  Messages m{{"user", " Hi "}, {"assistant", ""}, {"tool", "r"}};
+  m[1].tool_calls = {{"f", "{}"}};
+  m[2].tool_call_id = "c";
+  CHECK(llama.apply(m, true, ChatOptions{{kTool}, {}}) ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" + kToolsSection +
+            "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n"
+            "</tool_call><|eot_id|><|start_header_id|>user<|end_header_id|>\n\n<tool_response>\nr\n</tool_response>"
+            "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  const ChatTemplate plain(ChatTemplate::Family::Plain);
+  CHECK(plain.apply(Messages{{"user", "x"}}, true, ChatOptions{{kTool}, {}}) ==
+        "system: " + kToolsSection + "\nuser: x\nassistant:");
+}

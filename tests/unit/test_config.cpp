@@ -280,6 +280,19 @@ target = "journald"
     CHECK(usage().find("--sysfs-root TEXT") != std::string::npos);
   }
 
+  TEST_CASE("config: --tool-call-parser and --reasoning-parser take vLLM's names that are implemented") {
+    CHECK(Config{}.server.tool_call_parser.empty());
+    CHECK(Config{}.server.reasoning_parser.empty());
+    const Config c = load_config(cmdline({"--tool-call-parser", "hermes", "--reasoning-parser=deepseek_r1"}));
+    CHECK(c.server.tool_call_parser == "hermes");
+    CHECK(c.server.reasoning_parser == "deepseek_r1");
+    CHECK(parse_config_toml("[server]\nreasoning_parser = \"qwen3\"\n", "x.toml").server.reasoning_parser == "qwen3");
+    CHECK(flag_error({"--tool-call-parser", "mistral"}) ==
+          "--tool-call-parser: 'mistral' is not implemented; implemented: hermes (empty: the chat template's format)");
+    CHECK(flag_error({"--reasoning-parser", "granite"}) ==
+          "--reasoning-parser: 'granite' is not implemented; implemented: deepseek_r1, qwen3 (empty: none)");
+  }
+
   TEST_CASE("config: [engine] max_waiting from the file and --max-waiting, within 1..1048576") {
     CHECK(Config{}.engine.max_waiting == 256);
     CHECK(parse_config_toml("[engine]\nmax_waiting = 4\n", "x.toml").engine.max_waiting == 4);

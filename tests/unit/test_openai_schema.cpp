@@ -142,7 +142,6 @@ TEST_CASE("chat request: every bad field names its param") {
   bad_chat(with(R"("top_logprobs": 2)"), "top_logprobs", "logprobs");
   bad_chat(with(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
   bad_chat(with(R"("ignore_eos": 1)"), "ignore_eos");
-  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f"}}])"), "tools", "not supported");
   bad_chat(with(R"("response_format": "json")"), "response_format", "object");
   bad_chat(with(R"("response_format": {"type": "xml"})"), "response_format.type", "json_schema");
   bad_chat(with(R"("response_format": {"type": "json_schema"})"), "response_format.json_schema", "required");
@@ -170,6 +169,155 @@ TEST_CASE("chat request: response_format gives the output's grammar") {
        "required": ["a"], "additionalProperties": false}}})"))).grammar;
   REQUIRE(strict != nullptr);
   CHECK(strict->nodes[static_cast<size_t>(strict->root)].ordered);
+}
+
+TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs") {
+  const std::string weather =
+      R"({"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})";
+  auto r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" + weather +
+                                       "]}"));
+  CHECK(r.chat.parse_tool_calls);  // tool_choice defaults to auto with tools
+  CHECK_FALSE(r.skip_special_tokens);  // tags that are special tokens must reach the parser
+  CHECK(r.chat.parallel_tool_calls);
+  REQUIRE(r.chat.template_options.tools.size() == 1);
+  CHECK(json::parse(r.chat.template_options.tools[0]) == json::parse(weather));
+
+  // none: the tools are not shown to the model, nor is its output searched.
+  r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "none",
+                                      "tools": [)" + weather + "]}"));
+  CHECK_FALSE(r.chat.parse_tool_calls);
+  CHECK(r.chat.template_options.tools.empty());
+  CHECK(r.skip_special_tokens);
+  r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [],
+                                      "tool_choice": "none", "parallel_tool_calls": false})"));
+  CHECK_FALSE(r.chat.parse_tool_calls);
+  CHECK_FALSE(r.chat.parallel_tool_calls);
+
+  // A tool round trip: the assistant's calls (arguments as JSON text) and the result.
+  r = oa::parse_chat_request(body(R"({"messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "22 C"}],
+      "chat_template_kwargs": {"enable_thinking": false}})"));
+  REQUIRE(r.messages.size() == 3);
+  REQUIRE(r.messages[1].tool_calls.size() == 1);
+  CHECK(r.messages[1].tool_calls[0].name == "get_weather");
+  CHECK(r.messages[1].tool_calls[0].arguments == R"({"city":"Paris"})");
+  CHECK(r.messages[1].content.empty());
+  CHECK(r.messages[2].tool_call_id == "call_1");
+  CHECK(r.chat.template_options.enable_thinking == false);
+  CHECK_FALSE(oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}]})"))
+                  .chat.template_options.enable_thinking.has_value());
+
+  // The tokenize route reads the same fields.
+  auto t = oa::parse_tokenize_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" +
+                                           weather + "]}"));
+  CHECK(t.chat.template_options.tools.size() == 1);
+}
+
+TEST_CASE("chat request: bad tool fields name their param") {
+  const std::string msgs = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  auto with = [&](std::string_view extra) { return msgs + std::string(extra) + "}"; };
+  bad_chat(with(R"("tools": {"type": "function"})"), "tools", "array");
+  bad_chat(with(R"("tools": [1])"), "tools[0]", "object");
+  bad_chat(with(R"("tools": [{"function": {"name": "f"}}])"), "tools[0].type", "required");
+  bad_chat(with(R"("tools": [{"type": "code", "function": {"name": "f"}}])"), "tools[0].type", "function");
+  bad_chat(with(R"("tools": [{"type": "function"}])"), "tools[0].function", "required");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"description": "d"}}])"), "tools[0].function.name",
+           "required");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "a b"}}])"), "tools[0].function.name",
+           "a-z");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f"}},
+                             {"type": "function", "function": {"name": "f"}}])"),
+           "tools[1].function.name", "two tools");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "description": 3}}])"),
+           "tools[0].function.description", "string");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])"),
+           "tools[0].function.parameters", "schema");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "strict": true}}])"),
+           "tools[0].function.strict", "not supported");
+  const std::string tool = R"("tools": [{"type": "function", "function": {"name": "f"}}], )";
+  bad_chat(with(tool + R"("tool_choice": "required")"), "tool_choice", "not supported");
+  bad_chat(with(tool + R"("tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice",
+           "not supported");
+  bad_chat(with(tool + R"("tool_choice": "sometimes")"), "tool_choice", "must be");
+  bad_chat(with(R"("tool_choice": "auto")"), "tool_choice", "needs `tools`");
+  bad_chat(with(tool + R"("parallel_tool_calls": "yes")"), "parallel_tool_calls", "boolean");
+  bad_chat(with(R"("chat_template_kwargs": [])"), "chat_template_kwargs", "object");
+  bad_chat(with(R"("chat_template_kwargs": {"enable_thinking": "no"})"), "chat_template_kwargs.enable_thinking",
+           "boolean");
+
+  auto turn = [](std::string_view m) {
+    return R"({"messages": [{"role": "user", "content": "hi"}, )" + std::string(m) + "]}";
+  };
+  bad_chat(turn(R"({"role": "tool", "content": "r"})"), "messages[1].tool_call_id", "required");
+  bad_chat(turn(R"({"role": "tool", "content": "r", "tool_call_id": 5})"), "messages[1].tool_call_id", "string");
+  bad_chat(turn(R"({"role": "assistant", "tool_calls": {}})"), "messages[1].tool_calls", "array");
+  bad_chat(turn(R"({"role": "assistant", "tool_calls": [{"type": "function"}]})"),
+           "messages[1].tool_calls[0].function", "required");
+  bad_chat(turn(R"({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]})"),
+           "messages[1].tool_calls[0].function.name", "required");
+  bad_chat(turn(R"({"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]})"),
+           "messages[1].tool_calls[0].function.arguments", "required");
+  bad_chat(turn(R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{no"}}]})"),
+           "messages[1].tool_calls[0].function.arguments", "JSON");
+  bad_chat(turn(R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]})"),
+           "messages[1].tool_calls[0].function.arguments", "string");
+  // Completions have no tools.
+  bad_completion(R"({"prompt": "x", "tools": []})", "tools", "chat");
+}
+
+TEST_CASE("chat response and chunks with tool calls and reasoning") {
+  const oa::ResponseMeta meta{"chatcmpl-t", 3, "smol"};
+  oa::Choice c;
+  c.finish = FinishReason::Stop;
+  c.called = true;
+  c.tool_calls = {{0, "call_a", "get_weather", R"({"city":"Paris"})"}, {1, "call_b", "f", "{}"}};
+  c.reasoning = "think";
+  auto r = oa::chat_response(meta, std::span(&c, 1), Usage{}, kBytes);
+  const auto& ch = r.at("choices").at(0);
+  CHECK(ch.at("finish_reason") == "tool_calls");
+  const auto& m = ch.at("message");
+  CHECK(m.at("content").is_null());
+  CHECK(m.at("reasoning_content") == "think");
+  const auto& calls = m.at("tool_calls").as_array();
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[0] == json::parse(R"({"id": "call_a", "type": "function",
+                                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}})"));
+  // A length cut stays "length"; text beside calls is content.
+  c.finish = FinishReason::Length;
+  c.text = "Sure.";
+  r = oa::chat_response(meta, std::span(&c, 1), Usage{}, kBytes);
+  CHECK(r.at("choices").at(0).at("finish_reason") == "length");
+  CHECK(r.at("choices").at(0).at("message").at("content") == "Sure.");
+  // Without calls or reasoning, neither key appears.
+  oa::Choice plain;
+  plain.finish = FinishReason::Stop;
+  const json::object pr = oa::chat_response(meta, std::span(&plain, 1), Usage{}, kBytes);
+  const auto& pm = pr.at("choices").at(0).at("message");
+  CHECK(pm.at("content") == "");
+  CHECK_FALSE(pm.as_object().contains("tool_calls"));
+  CHECK_FALSE(pm.as_object().contains("reasoning_content"));
+
+  // Stream: a call's first delta has id, type and name; the next only arguments.
+  oa::Choice head;
+  head.tool_calls = {{1, "call_b", "f", ""}};
+  const auto hd = oa::chat_chunk(meta, head, kBytes).at("choices").at(0).at("delta");
+  CHECK(hd == json::parse(R"({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                                               "function": {"name": "f", "arguments": ""}}]})"));
+  oa::Choice args;
+  args.tool_calls = {{1, "", "", "{}"}};
+  args.finish = FinishReason::Stop;
+  args.called = true;
+  const auto ac = oa::chat_chunk(meta, args, kBytes).at("choices").at(0);
+  CHECK(ac.at("delta") == json::parse(R"({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]})"));
+  CHECK(ac.at("finish_reason") == "tool_calls");
+  oa::Choice thought;
+  thought.reasoning = "hmm";
+  CHECK(oa::chat_chunk(meta, thought, kBytes).at("choices").at(0).at("delta") ==
+        json::parse(R"({"reasoning_content": "hmm"})"));
 }
 
 TEST_CASE("completion request: prompt forms") {

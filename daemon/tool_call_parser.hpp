@@ -1,0 +1,60 @@
+// Finds tool calls in a model's output as vLLM's `hermes` parser does:
+// <tool_call>{"name": "...", "arguments": {...}}</tool_call>, any number of them,
+// with the text outside them as the answer. Text arrives in arbitrary pieces;
+// a piece that could still begin <tool_call> is held back, so a tag never
+// leaks out as text, and a call comes out whole once its closing tag arrives
+// (not as it is written: until then it may still turn out malformed, and a
+// malformed call is shown as text).
+//
+// The answer is the text outside the calls less the whitespace next to them
+// (the newlines models write between calls), the same whether the output
+// arrives whole or in pieces. A call whose body is not a JSON object with a
+// string "name" (and an object "arguments", if any) is text of the answer, tags
+// and all: a malformed call is shown, never dropped.
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace inferd::daemon {
+
+// vLLM's --tool-call-parser names this server implements.
+inline constexpr std::string_view kToolCallParsers = "hermes";
+// "" (take the chat template's format) or a name above.
+bool known_tool_call_parser(std::string_view name);
+
+struct ParsedToolCall {
+  std::string name;
+  std::string arguments;  // the JSON text of an object
+};
+
+struct ToolCallSplit {
+  std::string content;
+  std::vector<ParsedToolCall> calls;
+};
+
+class HermesToolParser {
+ public:
+  // The answer text and the whole calls this piece lets out.
+  ToolCallSplit push(std::string_view text);
+  // Whatever was held back, at the end of the output: an unclosed call is text.
+  ToolCallSplit finish();
+  // Calls found so far.
+  int calls() const { return calls_; }
+
+  // A call's body (between the tags) as a call, or nullopt when malformed.
+  static std::optional<ParsedToolCall> parse_call(std::string_view body);
+
+ private:
+  void emit_text(std::string_view text, ToolCallSplit& out);
+
+  std::string buf_;         // not yet let out: a possible tag start, or an open call's body
+  bool in_call_ = false;
+  std::string ws_;          // whitespace at the end of the text so far: dropped if a call follows
+  std::string ws_before_;   // that whitespace, kept while a call is open in case it is malformed
+  bool after_call_ = false; // the last thing let out was a call: leading whitespace is dropped
+  int calls_ = 0;
+};
+
+}  // namespace inferd::daemon

@@ -1,0 +1,234 @@
+"""Tool calling and reasoning through the OpenAI API, on the default model.
+
+The request side (tools and tool turns rendered through the chat template,
+validation, tool_choice none) is checked exactly through /tokenize. The output
+parsers are checked on what the model writes at temperature 0; their every
+corner is in the unit tests (test_output_parsers.cpp).
+"""
+import json
+
+import openai
+import pytest
+
+from conftest import default_model
+
+GREEDY = {"temperature": 0.0}
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+ROUND_TRIP = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "22 C and sunny"},
+]
+
+
+@pytest.fixture(scope="module")
+def daemon(serving_daemon):
+    return serving_daemon
+
+
+@pytest.fixture(scope="module")
+def client(daemon):
+    return openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def rendered(daemon, **body):
+    """The chat prompt's text for this request body, as the model sees it."""
+    t = daemon.post("/tokenize", json=body)
+    assert t.status_code == 200, t.text
+    return daemon.post("/detokenize", json={"tokens": t.json()["tokens"]}).json()["prompt"]
+
+
+def test_tools_and_tool_turns_render_through_the_template(daemon):
+    text = rendered(daemon, messages=ROUND_TRIP, tools=[WEATHER])
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert "<tools>\n" + json.dumps(WEATHER, separators=(",", ":")) + "\n</tools>" in text
+    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n'
+            '</tool_call><|im_end|>') in text
+    assert "<|im_start|>user\n<tool_response>\n22 C and sunny\n</tool_response><|im_end|>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    # tool_choice none leaves the tools out of the prompt.
+    plain = rendered(daemon, messages=ROUND_TRIP[:1])
+    assert rendered(daemon, messages=ROUND_TRIP[:1], tools=[WEATHER], tool_choice="none") == plain
+    assert "<tools>" not in plain
+
+
+def daemon_model(daemon):
+    return daemon.get("/v1/models").json()["data"][0]["id"]
+
+
+def test_prompt_tokens_match_the_rendering(daemon, client):
+    count = daemon.post("/tokenize", json={"messages": ROUND_TRIP, "tools": [WEATHER]}).json()["count"]
+    r = client.chat.completions.create(model=daemon_model(daemon), messages=ROUND_TRIP, tools=[WEATHER],
+                                       max_tokens=1, **GREEDY)
+    assert r.usage.prompt_tokens == count
+
+
+BAD = [
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name", "a-z"),
+    ({"tools": [{"type": "function"}]}, "tools[0].function", "required"),
+    ({"tools": [{"type": "retrieval", "function": {"name": "f"}}]}, "tools[0].type", "function"),
+    ({"tools": [WEATHER], "tool_choice": "required"}, "tool_choice", "not supported"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice",
+     "not supported"),
+    ({"tool_choice": "auto"}, "tool_choice", "tools"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "r"}]},
+     "messages[1].tool_call_id", "required"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"type": "function",
+                                                         "function": {"name": "f", "arguments": "{oops"}}]}]},
+     "messages[0].tool_calls[0].function.arguments", "JSON"),
+    ({"chat_template_kwargs": {"enable_thinking": "yes"}}, "chat_template_kwargs.enable_thinking", "boolean"),
+]
+
+
+@pytest.mark.parametrize("extra,param,words", BAD)
+def test_bad_tool_fields_are_400_naming_the_field(daemon, extra, param, words):
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, **extra}
+    r = daemon.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param
+    assert words in err["message"]
+
+
+def test_round_trip_streaming_and_not(daemon, client):
+    model = daemon_model(daemon)
+    r = client.chat.completions.create(model=model, messages=ROUND_TRIP, tools=[WEATHER], max_tokens=24, **GREEDY)
+    choice = r.choices[0]
+    assert choice.finish_reason in ("stop", "length", "tool_calls")
+    # Streamed, the same request says the same, in the same pieces the client joins.
+    content, calls = "", {}
+    finish = None
+    for chunk in client.chat.completions.create(model=model, messages=ROUND_TRIP, tools=[WEATHER], max_tokens=24,
+                                                stream=True, **GREEDY):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            for t in c.delta.tool_calls or []:
+                calls.setdefault(t.index, {"name": "", "arguments": ""})
+                calls[t.index]["name"] += t.function.name or ""
+                calls[t.index]["arguments"] += t.function.arguments or ""
+            finish = c.finish_reason or finish
+    assert content == (choice.message.content or "")
+    assert [c["name"] for c in calls.values()] == [t.function.name for t in choice.message.tool_calls or []]
+    assert finish == choice.finish_reason
+
+
+def test_tool_choice_none_answers_in_text(daemon, client):
+    r = client.chat.completions.create(model=daemon_model(daemon), tools=[WEATHER], tool_choice="none",
+                                       messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, **GREEDY)
+    assert r.choices[0].message.tool_calls is None
+    assert isinstance(r.choices[0].message.content, str) and r.choices[0].message.content
+
+
+def test_reasoning_split_on_real_output(start_daemon):
+    """deepseek_r1 reads everything before </think> as reasoning: SmolLM2 never
+    writes the tag, so its whole answer is reasoning_content, streamed or not."""
+    d = start_daemon(["--model", default_model(), "--reasoning-parser", "deepseek_r1"])
+    messages = [{"role": "user", "content": "Say hello."}]
+    body = {"messages": messages, "max_tokens": 12, "chat_template_kwargs": {"enable_thinking": True}, **GREEDY}
+    whole = d.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert whole["reasoning_content"]
+    assert whole["content"] == ""
+    reasoning, content = "", ""
+    with d.post("/v1/chat/completions", json={**body, "stream": True}, stream=True) as r:
+        for line in r.iter_lines(decode_unicode=True):
+            if line.startswith("data: {"):
+                for c in json.loads(line[6:])["choices"]:
+                    reasoning += c["delta"].get("reasoning_content") or ""
+                    content += c["delta"].get("content") or ""
+    assert reasoning == whole["reasoning_content"]
+    assert content == ""
+
+
+# ---- calls the model writes ----
+# At temperature 0, after a few turns in which the assistant answered such
+# questions with a call, SmolLM2-135M answers the next one with a call too.
+
+def calls_turn(*cities):
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{i}", "type": "function",
+         "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}} for i, c in enumerate(cities)]}
+
+
+def ask(cities):
+    return {"role": "user", "content": "What is the weather in " + " and ".join(cities) + "?"}
+
+
+FEW_SHOT = [ask(["Paris"]), calls_turn("Paris"), ask(["Rome"]), calls_turn("Rome"), ask(["Madrid"])]
+FEW_SHOT_PARALLEL = [ask(["Paris", "Rome"]), calls_turn("Paris", "Rome"), ask(["Oslo", "Lima"]),
+                     calls_turn("Oslo", "Lima"), ask(["Berlin", "Madrid"])]
+
+
+def streamed(client, **kw):
+    """A streamed choice as the client joins it: content, calls by index, finish_reason, call-delta shapes."""
+    content, calls, finish, heads = "", {}, None, []
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            for t in c.delta.tool_calls or []:
+                if t.id:
+                    heads.append((t.index, t.id, t.type, t.function.name, t.function.arguments))
+                call = calls.setdefault(t.index, {"name": "", "arguments": ""})
+                call["name"] += t.function.name or ""
+                call["arguments"] += t.function.arguments or ""
+            finish = c.finish_reason or finish
+    return content, calls, finish, heads
+
+
+@pytest.mark.parametrize("messages,cities", [(FEW_SHOT, ["Madrid"]), (FEW_SHOT_PARALLEL, ["Berlin", "Madrid"])],
+                         ids=["one", "parallel"])
+def test_model_output_becomes_tool_calls(daemon, client, messages, cities):
+    kw = dict(model=daemon_model(daemon), messages=messages, tools=[WEATHER], max_tokens=100, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    calls = choice.message.tool_calls
+    assert [t.function.name for t in calls] == ["get_weather"] * len(cities)
+    assert [json.loads(t.function.arguments) for t in calls] == [{"city": c} for c in cities]
+    assert all(t.id.startswith("call_") and t.type == "function" for t in calls)
+    assert len({t.id for t in calls}) == len(calls)
+
+    # Streamed: no piece of a tag as content; each call opens with its id, type
+    # and name (arguments empty), then its arguments.
+    content, scalls, finish, heads = streamed(client, **kw)
+    assert content == ""
+    assert finish == "tool_calls"
+    assert [(i, tp, name, args) for i, _, tp, name, args in heads] == [
+        (i, "function", "get_weather", "") for i in range(len(cities))]
+    assert all(h[1].startswith("call_") for h in heads)
+    assert [scalls[i] for i in sorted(scalls)] == [
+        {"name": t.function.name, "arguments": t.function.arguments} for t in calls]
+
+
+def test_tool_result_reaches_the_model(daemon, client):
+    messages = [ask(["Madrid"]), calls_turn("Madrid"),
+                {"role": "tool", "tool_call_id": "call_0", "content": "Sunny, 31 degrees"}]
+    r = client.chat.completions.create(model=daemon_model(daemon), messages=messages, tools=[WEATHER], max_tokens=40,
+                                       **GREEDY)
+    assert "31 degrees" in r.choices[0].message.content
+
+
+def test_cut_off_call_is_content(daemon, client):
+    """A call cut by max_tokens never closes: it comes back as text, not lost and not a 500."""
+    kw = dict(model=daemon_model(daemon), messages=FEW_SHOT, tools=[WEATHER], max_tokens=8, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    assert r.choices[0].finish_reason == "length"
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.content.startswith("<tool_call>")
+    content, calls, finish, _ = streamed(client, **kw)
+    assert (content, calls, finish) == (r.choices[0].message.content, {}, "length")
+
+
+def test_parallel_tool_calls_false_returns_the_first_call(daemon, client):
+    kw = dict(model=daemon_model(daemon), messages=FEW_SHOT_PARALLEL, tools=[WEATHER], max_tokens=100,
+              parallel_tool_calls=False, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    assert [json.loads(t.function.arguments) for t in r.choices[0].message.tool_calls] == [{"city": "Berlin"}]
+    assert r.choices[0].finish_reason == "tool_calls"
+    content, calls, finish, _ = streamed(client, **kw)
+    assert (content, len(calls), finish) == ("", 1, "tool_calls")
