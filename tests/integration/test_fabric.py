@@ -78,6 +78,9 @@ def test_after_a_reboot_the_index_follows_the_address():
     r = fabric("--sysfs-root", str(TREES / "rebooted"), "--master-addr", "10.0.0.1")
     assert r.returncode == 0, r.stdout
     assert "RoCE v2 GID index 5 (10.0.0.5" in r.stdout
+    # Non-zero error counters are shown under their port.
+    assert "mlx5_0 port 1: ACTIVE (LinkUp), Ethernet, 200 Gb/sec (4X HDR), active MTU unknown\n  error counters: link_downed=1\n" in r.stdout
+    assert r.stdout.count("error counters") == 1
 
 
 def test_no_devices_is_one_line_and_success():
