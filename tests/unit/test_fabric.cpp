@@ -274,6 +274,8 @@ TEST_SUITE("fabric") {
     o = assess(base, now, {});
     CHECK(o.signal.level == inferd::health::Level::Warn);
     CHECK(o.signal.reason == "error counters since the baseline: mlx5_1 port 1 out_of_sequence +100");
+    CHECK(assess(base, now, {1, 101}).signal.level == inferd::health::Level::Ok);
+    CHECK(assess(base, read_ports(tree("rebooted")), {0, 100}).signal.level == inferd::health::Level::Ok);
     // A counter that went backwards was reset, not an increase.
     auto reset = read_ports(tree("rebooted"));
     CHECK(assess(reset, base, {}).signal.level == inferd::health::Level::Ok);
