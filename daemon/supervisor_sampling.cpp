@@ -37,7 +37,9 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost* engines, std::function<
       process_(s.process, procfs(daemon)),
       step_deadline_(daemon.heartbeat(), s.step_deadline),
       probe_(s.probe),
-      fabric_(daemon.config().fabric.sysfs_root),
+      fabric_(daemon.config().fabric.sysfs_root,
+              {static_cast<uint64_t>(daemon.config().fabric.link_downed_warn),
+               static_cast<uint64_t>(daemon.config().fabric.errors_warn)}),
       policy_(s.policy) {
   const HealthConfig& h = daemon.config().health;
   psi_obs_.every = every_.psi;

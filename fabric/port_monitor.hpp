@@ -31,9 +31,10 @@ struct PortReading {
 // when the folder is absent or unreadable.
 std::vector<PortReading> read_ports(const std::string& root);
 
+// Increases since the baseline that warn; 0 never warns.
 struct PortThresholds {
-  uint64_t link_downed = 1;  // link_downed increments since the baseline that warn
-  uint64_t errors = 100;     // any other error counter's increase since the baseline that warns
+  uint64_t link_downed = 1;
+  uint64_t errors = 100;  // any other error counter
 };
 
 struct CounterDelta {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "fabric/port_monitor.hpp"
+
 namespace inferd::fabric {
 
 std::string format_table(const FabricTable& t) {
@@ -11,6 +13,14 @@ std::string format_table(const FabricTable& t) {
                        p.state.empty() ? "state unknown" : p.state, p.phys_state.empty() ? "?" : p.phys_state,
                        p.link_layer.empty() ? "link layer unknown" : p.link_layer, p.rate.empty() ? "rate unknown" : p.rate,
                        p.active_mtu ? std::to_string(*p.active_mtu) : std::string("unknown"));
+    std::string errors;
+    for (const std::string& name : error_counter_names()) {
+      for (const auto* counters : {&p.counters, &p.hw_counters}) {
+        auto it = counters->find(name);
+        if (it != counters->end() && it->second > 0) errors += fmt::format("{}{}={}", errors.empty() ? "" : ", ", name, it->second);
+      }
+    }
+    if (!errors.empty()) out += "  error counters: " + errors + "\n";
     for (const GidEntry& g : p.gids)
       out += fmt::format("  gid {:>3}  {:<12} {:<40} {}\n", g.index, g.type.empty() ? "?" : g.type,
                          gid_address(g.gid), g.ndev.empty() ? "-" : g.ndev);

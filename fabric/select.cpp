@@ -70,6 +70,12 @@ Decision decide(const FabricTable& table, const Request& request) {
     d.skipped = kNoDevices;
     return d;
   }
+  // The choice is by IP address, which only RoCE ports carry in their GIDs. On
+  // InfiniBand NCCL finds the HCA and its GID itself; the monitor still watches.
+  if (std::none_of(table.ports.begin(), table.ports.end(), [](const Port& p) { return p.link_layer != "InfiniBand"; })) {
+    d.skipped = "InfiniBand ports only: no RoCE port to choose, NCCL picks the HCA and GID itself";
+    return d;
+  }
   const auto master = parse_ipv4(request.master_addr);
   if (master && (*master >> 24) == 127 && request.interface.empty()) {
     d.skipped = fmt::format("master address {} is loopback: the group stays on this host, no fabric to choose",

@@ -17,12 +17,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: inferctl fabric [--config FILE] [--sysfs-root DIR] [--master-addr ADDR] [--interface IF]\n"
-    "Prints the RDMA ports, their GID tables and interfaces read from DIR (default /sys;\n"
-    "libibverbs is asked too when it is /sys), then the choice inferd's pre-flight makes for\n"
-    "a group whose head is at ADDR (an IPv4 address), or on interface IF: interface, device,\n"
-    "port and RoCE v2 GID index, and the NCCL, Gloo and UCX variables it exports or, when\n"
-    "they are set in this environment, checks. Exit 0 when inferd would start (also with no\n"
-    "RDMA devices: collectives over TCP), 1 when it would refuse, 2 for bad flags.\n"
+    "Prints the RDMA ports (with their non-zero error counters), their GID tables and\n"
+    "interfaces read from DIR (default /sys; libibverbs is asked too when it is /sys), then\n"
+    "the choice inferd's pre-flight makes for a group whose head is at ADDR (an IPv4\n"
+    "address), or on interface IF: interface, device, port and RoCE v2 GID index, and the\n"
+    "NCCL, Gloo and UCX variables it exports or, when they are set in this environment,\n"
+    "checks. Exit 0 when inferd would start (also with no RDMA devices: collectives over\n"
+    "TCP), 1 when it would refuse, 2 for bad flags.\n"
     "--config reads [parallel] master_addr, [fabric] interface and [fabric] sysfs_root from\n"
     "inferd's configuration file; the flags override it.\n";
 

@@ -78,6 +78,9 @@ def test_after_a_reboot_the_index_follows_the_address():
     r = fabric("--sysfs-root", str(TREES / "rebooted"), "--master-addr", "10.0.0.1")
     assert r.returncode == 0, r.stdout
     assert "RoCE v2 GID index 5 (10.0.0.5" in r.stdout
+    # Non-zero error counters are shown under their port.
+    assert "mlx5_0 port 1: ACTIVE (LinkUp), Ethernet, 200 Gb/sec (4X HDR), active MTU unknown\n  error counters: link_downed=1\n" in r.stdout
+    assert r.stdout.count("error counters") == 1
 
 
 def test_no_devices_is_one_line_and_success():
@@ -135,8 +138,10 @@ def test_the_supervisor_exports_port_state_and_error_deltas_after_the_baseline(s
     port1 = root / "class" / "infiniband" / "mlx5_1" / "ports" / "1"
     # Errors before the baseline (the warm-up) are not news.
     (port1 / "hw_counters" / "out_of_sequence").write_text("7\n")
+    cfg = tmp_path / "inferd.toml"
+    cfg.write_text("[fabric]\nerrors_warn = 250\n")
     d = start_daemon(["--model", default_model(), "--health-interval-ms", "100", "--probe-interval", "0",
-                      "--sysfs-root", str(root)])
+                      "--sysfs-root", str(root), "--config", str(cfg)])
     port = {"device": "mlx5_1", "port": "1"}
     assert wait_metric(d, "inferd_fabric_port_active", port, 1, 10) == 1
     assert metric(d, "inferd_fabric_port_errors", {**port, "counter": "out_of_sequence"}) == 7
@@ -144,6 +149,9 @@ def test_the_supervisor_exports_port_state_and_error_deltas_after_the_baseline(s
     assert metric(d, "inferd_monitor_level", {"monitor": "fabric"}) == 0
     (port1 / "hw_counters" / "out_of_sequence").write_text("207\n")
     assert wait_metric(d, "inferd_fabric_port_errors_since_baseline", {**port, "counter": "out_of_sequence"}, 200, 10) == 200
+    assert metric(d, "inferd_monitor_level", {"monitor": "fabric"}) == 0  # under errors_warn
+    (port1 / "hw_counters" / "out_of_sequence").write_text("257\n")
+    assert wait_metric(d, "inferd_monitor_level", {"monitor": "fabric"}, 1, 10) == 1
     (port1 / "state").write_text("1: DOWN\n")
     assert wait_metric(d, "inferd_fabric_port_active", port, 0, 10) == 0
     # One node: the fabric carries none of its traffic, so a port going down only warns.
@@ -151,10 +159,10 @@ def test_the_supervisor_exports_port_state_and_error_deltas_after_the_baseline(s
     report = d.admin_get("/admin/supervisor").json()
     fabric = [m for m in report["monitors"] if m["monitor"] == "fabric"]
     assert fabric and fabric[0]["level"] == "warn"
-    assert fabric[0]["reason"] == "mlx5_1 port 1 went DOWN; mlx5_1 port 1 out_of_sequence +200"
+    assert fabric[0]["reason"] == "mlx5_1 port 1 went DOWN; mlx5_1 port 1 out_of_sequence +250"
     r = subprocess.run([str(INFERCTL), "status", "--url", d.url, "--admin-api-key", d.admin_key],
                        capture_output=True, text=True, timeout=30)
-    assert "fabric warn (mlx5_1 port 1 went DOWN; mlx5_1 port 1 out_of_sequence +200)" in r.stdout, r.stdout + r.stderr
+    assert "fabric warn (mlx5_1 port 1 went DOWN; mlx5_1 port 1 out_of_sequence +250)" in r.stdout, r.stdout + r.stderr
     assert d.state() == "Serving"
 
 

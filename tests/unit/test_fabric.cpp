@@ -195,6 +195,18 @@ TEST_SUITE("fabric") {
           "only)");
   }
 
+  TEST_CASE("fabric: InfiniBand ports alone are not RoCE: nothing to choose, nothing refused") {
+    FabricTable t = read_sysfs(tree("two-ports"));
+    for (Port& p : t.ports) {
+      p.link_layer = "InfiniBand";
+      for (GidEntry& g : p.gids) g.ndev.clear();
+    }
+    const Decision d = decide(t, {"10.0.0.1", "", {}});
+    CHECK(d.ok());
+    CHECK(!d.choice);
+    CHECK(d.skipped == "InfiniBand ports only: no RoCE port to choose, NCCL picks the HCA and GID itself");
+  }
+
   TEST_CASE("fabric: the report shows every entry, the choice and each variable's source") {
     const FabricTable t = read_sysfs(tree("two-ports"));
     const std::string table = format_table(t);
@@ -262,6 +274,8 @@ TEST_SUITE("fabric") {
     o = assess(base, now, {});
     CHECK(o.signal.level == inferd::health::Level::Warn);
     CHECK(o.signal.reason == "error counters since the baseline: mlx5_1 port 1 out_of_sequence +100");
+    CHECK(assess(base, now, {1, 101}).signal.level == inferd::health::Level::Ok);
+    CHECK(assess(base, read_ports(tree("rebooted")), {0, 100}).signal.level == inferd::health::Level::Ok);
     // A counter that went backwards was reset, not an increase.
     auto reset = read_ports(tree("rebooted"));
     CHECK(assess(reset, base, {}).signal.level == inferd::health::Level::Ok);
