@@ -542,7 +542,9 @@ void Engine::sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken
     std::fill(logits.begin() + n_tokens_, logits.end(), -std::numeric_limits<float>::infinity());  // padding ids
     // Drafts never come with a grammar (take_inbox), so the matcher's state is this row's.
     // No token allowed: sampled unmasked; step() then ends the request with an error.
-    if (r.matcher && token_index_->allowed(*r.matcher, r.stop_tokens, r.allowed) > 0)
+    // Fault point "grammar.off": while armed, no mask, as a broken one would let anything through.
+    static const faults::FaultPoint grammar_off("grammar.off");
+    if (r.matcher && !grammar_off.armed() && token_index_->allowed(*r.matcher, r.stop_tokens, r.allowed) > 0)
       grammar::mask_logits(r.allowed, logits);
     results.push_back(r.sampler.verify(logits, context, context.subspan(v.n_prompt), draft));
     sampled.push_back({s.seq, results.back().token});

@@ -131,11 +131,11 @@ void parse_raw(std::string_view bytes) {
       const size_t used = parser.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
       if (used > bytes.size()) fail("the parser consumed more than it was given");
       bytes.remove_prefix(used);
-      if (ec == http::error::need_more) {
-        if (used == 0) return;  // the rest is an incomplete request: the session would wait
-        ec = {};
-        continue;
-      }
+      // need_more: the parser has looked at every byte it was given and waits for
+      // more. All the client's bytes are here already, so the request is
+      // incomplete and the session would wait. (Offering the same bytes again
+      // breaks the parser's contract: it asserts.)
+      if (ec == http::error::need_more) return;
       if (ec) return;  // answered 400 and closed
       if (used == 0) break;
     }

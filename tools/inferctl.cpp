@@ -25,7 +25,7 @@ constexpr Command kCommands[] = {
     {"warmup", "print the warm-up plan (--plan) or re-run it on a running daemon", cmd_warmup},
     {"generate", "one prompt through the embedded engine, streamed to stdout", cmd_generate},
     {"bench", "benchmarks with JSON output: engine alone, or a daemon over HTTP", cmd_bench},
-    {"proof", "the gates a deployment must pass: readiness, probe, long context, restart, memory", cmd_proof},
+    {"proof", "the gates a deployment must pass: readiness, probe, context, tools, schema, restart...", cmd_proof},
     {"fabric", "the RDMA ports this node sees and the pre-flight's choice for a master", cmd_fabric},
 };
 

@@ -5,6 +5,9 @@
 //   readiness     Serving, the last warm-up passed covering every shape key, no cold shape since
 //   probe         the supervisor's generation probe answers its golden text
 //   long_context  a nonce buried in filler that fills the context is returned exactly
+//   tool_call     a weather tool is called with valid arguments, and the answer after
+//                 the tool's result uses it
+//   json_schema   20 requests under a strict nested JSON schema all validate
 //   restart       --restart-command (or systemctl restart --systemd-unit) brings it back
 //                 Serving with a new process, the probe passing, no error lines after its baseline
 //   integrity     the model's checksum manifest verified (models without one: skipped)
@@ -14,6 +17,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -39,7 +43,7 @@ namespace json = boost::json;
 constexpr const char* kUsage =
     "usage: inferctl proof [--url http://127.0.0.1:8000] [--api-key KEY]\n"
     "         [--admin-url URL] [--admin-api-key KEY]\n"
-    "         [--gates readiness,probe,long_context,restart,integrity,memory]\n"
+    "         [--gates readiness,probe,long_context,tool_call,json_schema,integrity,restart,memory]\n"
     "         [--restart-command CMD | --systemd-unit UNIT] [--max-memory-psi PERCENT]\n"
     "         [--ready-timeout SECONDS] [--timeout SECONDS] [--out FILE]\n"
     "Runs each gate against a running daemon, prints a table, writes JSON to --out and\n"
@@ -49,6 +53,11 @@ constexpr const char* kUsage =
     "  probe         the generation probe (POST /admin/probe at --admin-url) passes\n"
     "  long_context  a nonce in filler that fills the context to within 64 tokens of\n"
     "                max_model_len is returned exactly; prompt_tokens is reported\n"
+    "  tool_call     after two turns that answered weather questions with calls, the next\n"
+    "                question gets a get_weather call with valid arguments; given the\n"
+    "                tool's result, the answer repeats it\n"
+    "  json_schema   20 requests (4 at a time) under a strict nested schema finish with\n"
+    "                stop and validate against it (checked here, not by the daemon)\n"
     "  restart       runs --restart-command with /bin/sh (or `systemctl restart UNIT`),\n"
     "                then: ready within --ready-timeout, a new process (uptime reset),\n"
     "                the probe passes, no error lines after the new baseline. Without\n"
@@ -59,7 +68,8 @@ constexpr const char* kUsage =
     "Admin routes are asked at --admin-url (default --url; the admin listener needs no key)\n"
     "with --admin-api-key when the daemon has one.\n";
 
-const std::vector<std::string> kGates = {"readiness", "probe", "long_context", "restart", "integrity", "memory"};
+const std::vector<std::string> kGates = {"readiness", "probe",     "long_context", "tool_call",
+                                         "json_schema", "integrity", "restart",      "memory"};
 
 struct Options {
   Url url, admin_url;
@@ -87,7 +97,8 @@ Options parse_options(const Args& args) {
   for (const auto& g : o.gates)
     if (std::find(kGates.begin(), kGates.end(), g) == kGates.end())
       throw std::invalid_argument("--gates: unknown gate '" + g +
-                                  "' (readiness, probe, long_context, restart, integrity, memory)");
+                                  "' (readiness, probe, long_context, tool_call, json_schema, integrity, restart, "
+                                  "memory)");
   if (args.has("restart-command") && args.has("systemd-unit"))
     throw std::invalid_argument("--restart-command and --systemd-unit: give one of them");
   o.restart_command = args.has("systemd-unit") ? "systemctl restart '" + args.get("systemd-unit", "") + "'"
@@ -223,6 +234,168 @@ Gate long_context(const Options& o, int max_model_len) {
   const std::string where = std::to_string(prompt_tokens) + " prompt tokens of " + std::to_string(max_model_len);
   if (answer.find(nonce) == std::string::npos) return fail("the key " + nonce + " was not returned (" + where + "): '" + answer + "'", data);
   return pass("the key came back exactly from " + where, data);
+}
+
+// --- tool call -----------------------------------------------------------------
+
+json::value chat(const Options& o, const json::object& body) {
+  const HttpReply r = http_request(o.url, "POST", "/v1/chat/completions", json::serialize(body), o.timeout, o.api_key);
+  json::value v = parse_body(r);
+  if (r.status != 200 || !v.is_object())
+    throw std::runtime_error("/v1/chat/completions answered " + std::to_string(r.status) + ": " + r.body.substr(0, 300));
+  return v;
+}
+
+Gate tool_call(const Options& o) {
+  const json::value weather = json::parse(R"({"type": "function", "function": {"name": "get_weather",
+      "description": "The current weather in a city", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}})");
+  auto ask = [](const std::string& city) {
+    return json::object{{"role", "user"}, {"content", "What is the weather in " + city + "?"}};
+  };
+  auto called = [](const std::string& id, const std::string& city) {
+    return json::object{{"role", "assistant"}, {"content", nullptr},
+                        {"tool_calls", json::array{json::object{
+                                           {"id", id}, {"type", "function"},
+                                           {"function", {{"name", "get_weather"},
+                                                         {"arguments", json::serialize(json::object{{"city", city}})}}}}}}};
+  };
+  // Two turns answered with calls, then the question the model must answer with one.
+  json::array messages{ask("Paris"), called("call_1", "Paris"), ask("Rome"), called("call_2", "Rome"), ask("Madrid")};
+  json::object body{{"messages", messages}, {"tools", json::array{weather}}, {"max_tokens", 100}, {"temperature", 0.0}};
+  const json::value first = chat(o, body);
+  const auto& choice = first.at("choices").as_array().at(0).as_object();
+  const auto& message = choice.at("message").as_object();
+  json::object data{{"finish_reason", choice.at("finish_reason")}, {"message", message}};
+  const json::value* calls = message.if_contains("tool_calls");
+  if (!calls || !calls->is_array() || calls->as_array().empty())
+    return fail("no tool call: the model answered '" + (message.contains("content") && message.at("content").is_string()
+                                                             ? std::string(message.at("content").as_string())
+                                                             : std::string()) + "'",
+                data);
+  const auto& call = calls->as_array().at(0).as_object();
+  const auto& fn = call.at("function").as_object();
+  if (fn.at("name") != "get_weather") return fail("the call names '" + json::serialize(fn.at("name")) + "'", data);
+  json::error_code ec;
+  const json::value args = json::parse(fn.at("arguments").as_string(), ec);
+  if (ec || !args.is_object() || !args.as_object().contains("city") || !args.at("city").is_string() ||
+      args.as_object().size() != 1)
+    return fail("arguments that do not match the tool's parameters: " + std::string(fn.at("arguments").as_string()), data);
+  // The tool's result goes back; the answer must use it.
+  const std::string result = "Sunny, 31 degrees";
+  messages.push_back(json::object{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array{call}}});
+  messages.push_back(json::object{{"role", "tool"}, {"tool_call_id", call.at("id")}, {"content", result}});
+  body["messages"] = messages;
+  body["max_tokens"] = 40;
+  const json::value second = chat(o, body);
+  const auto& answer_msg = second.at("choices").as_array().at(0).at("message").as_object();
+  const std::string answer =
+      answer_msg.contains("content") && answer_msg.at("content").is_string() ? std::string(answer_msg.at("content").as_string()) : "";
+  data["arguments"] = args;
+  data["answer"] = answer;
+  if (answer.find("31 degrees") == std::string::npos)
+    return fail("given the tool's result '" + result + "', the answer did not use it: '" + answer + "'", data);
+  return pass("get_weather(" + json::serialize(args) + "), and the answer used its result", data);
+}
+
+// --- json schema ------------------------------------------------------------------
+
+// What is wrong with `v` under `schema`, or empty: the keywords the gate's schema
+// uses, checked here so that the check does not rest on the daemon's own grammar.
+std::string violation(const json::value& v, const json::object& schema, const std::string& at) {
+  const std::string type = schema.contains("type") ? std::string(schema.at("type").as_string()) : "";
+  if (type == "object") {
+    if (!v.is_object()) return at + ": not an object";
+    const auto& props = schema.at("properties").as_object();
+    for (const auto& r : schema.at("required").as_array())
+      if (!v.as_object().contains(r.as_string())) return at + ": '" + std::string(r.as_string()) + "' is missing";
+    for (const auto& [k, x] : v.as_object()) {
+      if (!props.contains(k)) return at + ": '" + std::string(k) + "' is not a property";
+      if (auto e = violation(x, props.at(k).as_object(), at + "." + std::string(k)); !e.empty()) return e;
+    }
+  } else if (type == "array") {
+    if (!v.is_array()) return at + ": not an array";
+    if (schema.contains("maxItems") && v.as_array().size() > schema.at("maxItems").to_number<size_t>())
+      return at + ": too many items";
+    for (size_t i = 0; i < v.as_array().size(); ++i)
+      if (auto e = violation(v.as_array()[i], schema.at("items").as_object(), at + "[" + std::to_string(i) + "]");
+          !e.empty())
+        return e;
+  } else if (type == "string") {
+    if (!v.is_string()) return at + ": not a string";
+    if (schema.contains("maxLength") && v.as_string().size() > schema.at("maxLength").to_number<size_t>())
+      return at + ": longer than maxLength";  // bytes bound characters from above
+  } else if (type == "integer") {
+    if (!v.is_int64() && !v.is_uint64()) return at + ": not an integer";
+  } else if (type == "boolean") {
+    if (!v.is_bool()) return at + ": not a boolean";
+  }
+  if (schema.contains("enum")) {
+    const auto& e = schema.at("enum").as_array();
+    if (std::find(e.begin(), e.end(), v) == e.end()) return at + ": not one of the enum's values";
+  }
+  return "";
+}
+
+Gate json_schema(const Options& o) {
+  const json::value schema = json::parse(R"({"type": "object", "additionalProperties": false,
+      "required": ["title", "year", "author", "genres", "in_print"],
+      "properties": {
+        "title": {"type": "string", "maxLength": 60},
+        "year": {"type": "integer"},
+        "author": {"type": "object", "additionalProperties": false, "required": ["name", "country"],
+                   "properties": {"name": {"type": "string", "maxLength": 40},
+                                  "country": {"type": "string", "maxLength": 40}}},
+        "genres": {"type": "array", "maxItems": 3,
+                   "items": {"type": "string", "enum": ["novel", "poetry", "history", "science", "drama"]}},
+        "in_print": {"type": "boolean"}}})");
+  static const char* kBooks[] = {"War and Peace", "The Odyssey", "A Brief History of Time", "Hamlet", "Don Quixote"};
+  constexpr int kRequests = 20, kAtOnce = 4;
+  std::vector<std::string> problems(kRequests);
+  std::vector<json::value> outputs(kRequests);
+  std::vector<std::thread> clients;
+  std::atomic<int> next{0};
+  for (int c = 0; c < kAtOnce; ++c)
+    clients.emplace_back([&] {
+      for (int i; (i = next.fetch_add(1)) < kRequests;) {
+        try {
+          const json::object body{
+              {"messages", json::array{json::object{{"role", "user"},
+                                                    {"content", std::string("Describe the book ") + kBooks[i % 5] +
+                                                                    " as JSON."}}}},
+              {"max_tokens", 200},
+              {"temperature", i < kRequests / 2 ? 0.0 : 0.8},
+              {"seed", i},
+              {"response_format",
+               {{"type", "json_schema"}, {"json_schema", {{"name", "book"}, {"strict", true}, {"schema", schema}}}}}};
+          const json::value r = chat(o, body);
+          const auto& choice = r.at("choices").as_array().at(0).as_object();
+          const std::string text(choice.at("message").at("content").as_string());
+          if (choice.at("finish_reason") != "stop") {
+            problems[i] = "finished with " + json::serialize(choice.at("finish_reason")) + ": " + text.substr(0, 120);
+            continue;
+          }
+          json::error_code ec;
+          outputs[i] = json::parse(text, ec);
+          problems[i] = ec ? "not JSON: " + text.substr(0, 120) : violation(outputs[i], schema.as_object(), "$");
+        } catch (const std::exception& e) {
+          problems[i] = e.what();
+        }
+      }
+    });
+  for (auto& t : clients) t.join();
+  int valid = 0;
+  std::string first_problem;
+  for (int i = 0; i < kRequests; ++i) {
+    if (problems[i].empty()) ++valid;
+    else if (first_problem.empty()) first_problem = "request " + std::to_string(i) + ": " + problems[i];
+  }
+  json::object data{{"requests", kRequests}, {"valid", valid}, {"example", outputs[0]}};
+  if (valid < kRequests)
+    return fail(std::to_string(kRequests - valid) + " of " + std::to_string(kRequests) + " outputs invalid; " + first_problem,
+                data);
+  return pass(std::to_string(valid) + "/" + std::to_string(kRequests) + " outputs validate (greedy and sampled, 4 at a time)",
+              data);
 }
 
 // --- restart -----------------------------------------------------------------
@@ -368,6 +541,8 @@ int cmd_proof(const Args& args) {
     if (max_model_len <= 0) return fail("/v1/models reports no max_model_len");
     return long_context(o, max_model_len);
   });
+  run("tool_call", [&] { return tool_call(o); });
+  run("json_schema", [&] { return json_schema(o); });
   run("integrity", [&] { return integrity(model); });
   run("restart", [&] { return restart(o); });  // last but memory: what follows meets the new process
   run("memory", [&] { return memory(o, mem); });

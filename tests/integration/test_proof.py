@@ -41,12 +41,15 @@ def test_every_gate_passes_on_the_default_model_and_the_restart_is_real(start_da
         r = proof(d, "--restart-command", restart_command(d, pidfile, tmp_path / "restarted.log"), "--out", str(out),
                   admin_port=admin_port)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert "PASSED: 0 of 6 gates failed" in r.stdout, r.stdout
+        assert "PASSED: 0 of 8 gates failed" in r.stdout, r.stdout
         g = gates(out)
-        assert [name for name in g] == ["readiness", "probe", "long_context", "integrity", "restart", "memory"]
+        assert [name for name in g] == ["readiness", "probe", "long_context", "tool_call", "json_schema", "integrity",
+                                        "restart", "memory"]
         assert {name: x["result"] for name, x in g.items()} == {
-            "readiness": "pass", "probe": "pass", "long_context": "pass", "integrity": "skipped", "restart": "pass",
-            "memory": "pass"}
+            "readiness": "pass", "probe": "pass", "long_context": "pass", "tool_call": "pass", "json_schema": "pass",
+            "integrity": "skipped", "restart": "pass", "memory": "pass"}
+        assert g["tool_call"]["data"]["arguments"] == {"city": "Madrid"}
+        assert g["json_schema"]["data"]["valid"] == 20
         lc = g["long_context"]["data"]
         assert lc["nonce"] in lc["answer"]
         assert lc["max_model_len"] - 128 <= lc["prompt_tokens"] <= lc["max_model_len"] - 24, lc
@@ -97,12 +100,20 @@ def test_each_gate_fails_when_what_it_checks_is_broken(start_daemon, tmp_path):
                         "--ready-timeout", "3", "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "no new process answered within 3 s" in gates(out)["restart"]["detail"]
 
-    # Wrong answers: the long-context retrieval fails, and the probe (after which
-    # the supervisor recovers, interrupting whatever runs).
+    # Outputs no longer held to their schema: the JSON schema gate fails.
+    assert d.admin_post("/admin/fault", json={"name": "grammar.off"}).status_code == 200
+    r = proof(d, "--gates", "json_schema", "--out", str(out))
+    assert r.returncode == 1, r.stdout
+    assert "outputs invalid" in gates(out)["json_schema"]["detail"], gates(out)
+    d.admin_post("/admin/fault", json={"name": "grammar.off", "armed": False})
+
+    # Wrong answers: the long-context retrieval and the tool call fail, and the
+    # probe (after which the supervisor recovers, interrupting whatever runs).
     assert d.admin_post("/admin/fault", json={"name": "logits.corrupt"}).status_code == 200
-    r = proof(d, "--gates", "long_context", "--out", str(out))
+    r = proof(d, "--gates", "long_context,tool_call", "--out", str(out))
     assert r.returncode == 1, r.stdout
     assert "was not returned" in gates(out)["long_context"]["detail"], gates(out)
+    assert gates(out)["tool_call"]["result"] == "FAIL", gates(out)
     r = proof(d, "--gates", "probe", "--admin-api-key", d.admin_key, "--out", str(out))
     assert r.returncode == 1, r.stdout
     assert "the generation probe failed" in gates(out)["probe"]["detail"], gates(out)
