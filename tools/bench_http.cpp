@@ -260,6 +260,23 @@ json::object served_model(const Url& url, const std::string& api_key) {
   return data->as_array().front().as_object();
 }
 
+std::string model_id(const json::object& model) {
+  const auto* id = model.if_contains("id");
+  return id && id->is_string() ? std::string(id->as_string()) : "";
+}
+
+int max_model_len(const json::object& model) {
+  const auto* m = model.if_contains("max_model_len");
+  return m && m->is_int64() ? static_cast<int>(m->as_int64()) : 0;
+}
+
+json::object model_summary(const json::object& model) {
+  json::object out{{"id", model_id(model)}};
+  for (const char* key : {"max_model_len", "root"})
+    if (const auto* v = model.if_contains(key)) out[key] = *v;
+  return out;
+}
+
 std::optional<double> metric_sum(const Url& url, const std::string& name) {
   const HttpReply r = http_request(url, "GET", "/metrics", {}, std::chrono::seconds(10));
   if (r.status != 200) throw std::runtime_error("/metrics answered " + std::to_string(r.status));

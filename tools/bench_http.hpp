@@ -56,8 +56,12 @@ std::string utc_now();
 
 // Waits for /health/ready to answer 200 (the daemon serves, after any warm-up).
 void wait_ready(const Url& url, std::chrono::milliseconds timeout);
-// The first model /v1/models lists.
+// The first model /v1/models lists, and what the benchmarks read of it.
 boost::json::object served_model(const Url& url, const std::string& api_key);
+std::string model_id(const boost::json::object& model);  // "" when absent
+int max_model_len(const boost::json::object& model);     // 0 when absent
+// id, max_model_len and root, for a benchmark's JSON.
+boost::json::object model_summary(const boost::json::object& model);
 // The sum over all label sets of one series in /metrics; nullopt when absent.
 std::optional<double> metric_sum(const Url& url, const std::string& name);
 

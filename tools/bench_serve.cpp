@@ -169,7 +169,7 @@ int cmd_bench_serve(const Args& args) {
   const Options o = parse_options(args);
   wait_ready(o.url, o.ready_timeout);
   const json::object model = served_model(o.url, o.api_key);
-  const std::string model_id = model.contains("id") && model.at("id").is_string() ? std::string(model.at("id").as_string()) : "";
+  const std::string model_id = tools::model_id(model);
 
   // One short request first: it fails fast on a misconfigured daemon and keeps
   // one-time costs (first allocations, page faults) out of the first level.
@@ -187,15 +187,12 @@ int cmd_bench_serve(const Args& args) {
     ok += static_cast<int>(levels.back().as_object().at("ok").as_int64());
   }
 
-  json::object model_info{{"id", model_id}};
-  if (const auto* m = model.if_contains("max_model_len")) model_info["max_model_len"] = *m;
-  if (const auto* r = model.if_contains("root")) model_info["root"] = *r;
   const json::object out{
       {"benchmark", "inferctl bench serve"},
       {"date", utc_now()},
       {"url", o.url.text()},
       {"machine", machine()},
-      {"model", model_info},
+      {"model", model_summary(model)},
       {"params",
        {{"endpoint", "/v1/completions"},
         {"input_len_words", o.input_len},

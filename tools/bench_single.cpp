@@ -216,10 +216,9 @@ int cmd_bench_single(const Args& args) {
   const Options o = parse_options(args);
   wait_ready(o.url, o.ready_timeout);
   const json::object model = served_model(o.url, o.api_key);
-  const std::string model_id = model.contains("id") && model.at("id").is_string() ? std::string(model.at("id").as_string()) : "";
+  const std::string model_id = tools::model_id(model);
   // Room for the chat template and the longest prompt (under 100 tokens).
-  int cap = 1 << 20;
-  if (const auto* m = model.if_contains("max_model_len"); m && m->is_int64()) cap = static_cast<int>(m->as_int64()) - 128;
+  const int cap = max_model_len(model) > 0 ? max_model_len(model) - 128 : 1 << 20;
   if (cap < 1) throw std::runtime_error("the model's max_model_len leaves no room for the workloads' prompts");
 
   // One short untimed request: fails fast on a misconfigured daemon and keeps
@@ -241,14 +240,11 @@ int cmd_bench_single(const Args& args) {
     ok += static_cast<int>(results.back().as_object().at("ok").as_int64());
   }
 
-  json::object model_info{{"id", model_id}};
-  if (const auto* m = model.if_contains("max_model_len")) model_info["max_model_len"] = *m;
-  if (const auto* r = model.if_contains("root")) model_info["root"] = *r;
   const json::object out{{"benchmark", "inferctl bench single"},
                          {"date", utc_now()},
                          {"url", o.url.text()},
                          {"machine", machine()},
-                         {"model", model_info},
+                         {"model", model_summary(model)},
                          {"params",
                           {{"endpoint", "/v1/chat/completions"},
                            {"trials", o.trials},

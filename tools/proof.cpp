@@ -509,8 +509,7 @@ int cmd_proof(const Args& args) {
   const Options o = parse_options(args);
   wait_ready(o.url, o.ready_timeout);
   const json::object model = served_model(o.url, o.api_key);
-  const int max_model_len =
-      model.contains("max_model_len") && model.at("max_model_len").is_int64() ? static_cast<int>(model.at("max_model_len").as_int64()) : 0;
+  const int context = max_model_len(model);
 
   std::vector<Gate> gates;
   std::vector<MemorySample> mem;
@@ -538,8 +537,8 @@ int cmd_proof(const Args& args) {
   run("readiness", [&] { return readiness(o); });
   run("probe", [&] { return probe(o); });
   run("long_context", [&] {
-    if (max_model_len <= 0) return fail("/v1/models reports no max_model_len");
-    return long_context(o, max_model_len);
+    if (context <= 0) return fail("/v1/models reports no max_model_len");
+    return long_context(o, context);
   });
   run("tool_call", [&] { return tool_call(o); });
   run("json_schema", [&] { return json_schema(o); });
