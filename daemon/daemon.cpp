@@ -1,6 +1,7 @@
 #include "daemon/daemon.hpp"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,6 +136,13 @@ void Daemon::register_metrics() {
                          });
   metrics_.add_gauge_fn("inferd_uptime_seconds", "Seconds since the daemon started.",
                         [this] { return lifecycle_.uptime_s(); });
+  // What the allocator has handed out and not had back: unlike RSS, it does not
+  // count freed pages the allocator keeps, so growth here is memory still held.
+  metrics_.add_gauge_fn("inferd_heap_in_use_bytes", "Bytes of the C heap in use (glibc mallinfo2: uordblks + hblkhd).",
+                        [] {
+                          const struct mallinfo2 m = ::mallinfo2();
+                          return double(m.uordblks + m.hblkhd);
+                        });
   metrics_.add_gauge_fn("inferd_engine_step_age_seconds", "Age of the engine step in progress; 0 when idle.",
                         [this] { return std::chrono::duration<double>(heartbeat_.step_age()).count(); });
   watchdog_pings_ = &metrics_.counter("inferd_watchdog_pings_total", "WATCHDOG=1 messages sent to systemd.");
