@@ -82,18 +82,7 @@ std::string first_line_with(const std::string& path, std::string_view key, std::
 }
 
 int run_plot(const std::string& who, const std::string& script, const std::string& json_path, const std::string& png) {
-  std::vector<std::string> argv_s = {"python3", script, json_path, png};
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (int err = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ); err != 0) {
-    std::cerr << who << ": cannot run python3: " << std::strerror(err) << "\n";
-    return 1;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (run_and_wait({"python3", script, json_path, png}) != 0) {
     std::cerr << who << ": " << script << " failed; the JSON is in " << json_path << "\n";
     return 1;
   }
@@ -104,6 +93,18 @@ int run_plot(const std::string& who, const std::string& script, const std::strin
 }  // namespace
 
 double seconds(BenchClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int run_and_wait(std::vector<std::string> argv_s) {
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (int err = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ); err != 0)
+    throw std::runtime_error("cannot run " + argv_s[0] + ": " + std::strerror(err));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 int positive_int(std::string_view flag, std::string_view text, int hi) {
   int n = 0;
@@ -277,11 +278,15 @@ json::object model_summary(const json::object& model) {
   return out;
 }
 
-std::optional<double> metric_sum(const Url& url, const std::string& name) {
+std::string metrics_text(const Url& url) {
   const HttpReply r = http_request(url, "GET", "/metrics", {}, std::chrono::seconds(10));
   if (r.status != 200) throw std::runtime_error("/metrics answered " + std::to_string(r.status));
+  return r.body;
+}
+
+std::optional<double> metric_sum(const std::string& metrics, const std::string& name) {
   std::optional<double> sum;
-  std::istringstream in(r.body);
+  std::istringstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     if (!line.starts_with(name) || line.size() == name.size()) continue;
     const char next = line[name.size()];

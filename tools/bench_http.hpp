@@ -62,8 +62,15 @@ std::string model_id(const boost::json::object& model);  // "" when absent
 int max_model_len(const boost::json::object& model);     // 0 when absent
 // id, max_model_len and root, for a benchmark's JSON.
 boost::json::object model_summary(const boost::json::object& model);
-// The sum over all label sets of one series in /metrics; nullopt when absent.
-std::optional<double> metric_sum(const Url& url, const std::string& name);
+// The daemon's /metrics, once, for as many metric_sum calls as need it.
+std::string metrics_text(const Url& url);
+// The sum over all label sets of one series (or one sample, when `name` carries
+// its labels) in a /metrics text; nullopt when absent.
+std::optional<double> metric_sum(const std::string& metrics, const std::string& name);
+
+// Runs argv[0] (found on PATH) with its arguments and waits: its exit status, -1
+// when a signal ended it. Throws std::runtime_error when it cannot be started.
+int run_and_wait(std::vector<std::string> argv);
 
 // Writes `doc` to `out` (stdout when empty) and, with a `png`, runs
 // `python3 script JSON PNG`. Returns 0, or 1 when writing or plotting failed.

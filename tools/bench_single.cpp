@@ -141,8 +141,9 @@ struct SpecCounters {
 };
 
 SpecCounters spec_counters(const Url& url) {
-  return {metric_sum(url, "vllm:spec_decode_num_draft_tokens_total").value_or(0),
-          metric_sum(url, "vllm:spec_decode_num_accepted_tokens_total").value_or(0)};
+  const std::string m = metrics_text(url);
+  return {metric_sum(m, "vllm:spec_decode_num_draft_tokens_total").value_or(0),
+          metric_sum(m, "vllm:spec_decode_num_accepted_tokens_total").value_or(0)};
 }
 
 std::string trimmed(const std::string& s) {

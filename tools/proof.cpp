@@ -13,9 +13,6 @@
 //   integrity     the model's checksum manifest verified (models without one: skipped)
 //   memory        MemAvailable above the shed floor and memory pressure (PSI some avg10)
 //                 within --max-memory-psi, sampled before and after every other gate
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,8 +29,6 @@
 #include "tools/bench_http.hpp"
 #include "tools/http_client.hpp"
 #include "tools/inferctl_commands.hpp"
-
-extern char** environ;
 
 namespace inferd::tools {
 namespace {
@@ -143,9 +138,10 @@ Gate readiness(const Options& o) {
   const std::string state = v.is_object() && v.as_object().contains("state") && v.at("state").is_string()
                                 ? std::string(v.at("state").as_string())
                                 : "unknown";
-  const double total = metric_sum(o.url, "inferd_warmup_keys_total").value_or(0);
-  const double covered = metric_sum(o.url, "inferd_warmup_keys_covered").value_or(0);
-  const double cold = metric_sum(o.url, "inferd_cold_shapes_total").value_or(0);
+  const std::string m = metrics_text(o.url);
+  const double total = metric_sum(m, "inferd_warmup_keys_total").value_or(0);
+  const double covered = metric_sum(m, "inferd_warmup_keys_covered").value_or(0);
+  const double cold = metric_sum(m, "inferd_cold_shapes_total").value_or(0);
   json::object data{{"state", state}, {"warmup_keys_total", total}, {"warmup_keys_covered", covered},
                     {"cold_shapes", cold}};
   const std::string keys = fmt(covered) + "/" + fmt(total) + " shape keys warmed, " + fmt(cold) + " cold shapes";
@@ -400,39 +396,28 @@ Gate json_schema(const Options& o) {
 
 // --- restart -----------------------------------------------------------------
 
-int run_shell(const std::string& command) {
-  std::vector<std::string> argv_s = {"/bin/sh", "-c", command};
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // Error lines (NCCL, UCX, CUDA, ibverbs, OOM) the daemon logged since it took its baseline.
 double error_lines_after_baseline(const Options& o) {
+  const std::string m = metrics_text(o.url);
   double n = 0;
   for (const char* c : {"nccl", "ucx", "cuda", "ibverbs", "oom"})
-    n += metric_sum(o.url, std::string("inferd_log_lines_total{category=\"") + c + "\",baseline=\"after\"}").value_or(0);
+    n += metric_sum(m, std::string("inferd_log_lines_total{category=\"") + c + "\",baseline=\"after\"}").value_or(0);
   return n;
 }
 
 Gate restart(const Options& o) {
   if (o.restart_command.empty())
     return fail("no way to restart the daemon: give --systemd-unit UNIT or --restart-command CMD");
-  const double uptime_before = metric_sum(o.url, "inferd_uptime_seconds").value_or(0);
+  const double uptime_before = metric_sum(metrics_text(o.url), "inferd_uptime_seconds").value_or(0);
   const auto start = BenchClock::now();
-  if (const int rc = run_shell(o.restart_command); rc != 0)
+  if (const int rc = run_and_wait({"/bin/sh", "-c", o.restart_command}); rc != 0)
     return fail("`" + o.restart_command + "` exited with " + std::to_string(rc));
   // A command may return before the old process has gone: wait until a new one answers.
   std::optional<double> uptime;
   const auto deadline = start + o.ready_timeout;
   for (;;) {
     try {
-      const double u = metric_sum(o.url, "inferd_uptime_seconds").value_or(1e300);
+      const double u = metric_sum(metrics_text(o.url), "inferd_uptime_seconds").value_or(1e300);
       if (u < uptime_before + seconds(BenchClock::now() - start) - 0.5) {
         uptime = u;
         break;
@@ -471,9 +456,10 @@ struct MemorySample {
 };
 
 MemorySample sample_memory(const Options& o) {
-  return {metric_sum(o.url, "inferd_mem_available_bytes").value_or(-1),
-          metric_sum(o.url, "inferd_mem_shed_floor_bytes").value_or(0),
-          metric_sum(o.url, "inferd_psi_percent{resource=\"memory\",kind=\"some\",window=\"avg10\"}").value_or(0)};
+  const std::string m = metrics_text(o.url);
+  return {metric_sum(m, "inferd_mem_available_bytes").value_or(-1),
+          metric_sum(m, "inferd_mem_shed_floor_bytes").value_or(0),
+          metric_sum(m, "inferd_psi_percent{resource=\"memory\",kind=\"some\",window=\"avg10\"}").value_or(0)};
 }
 
 Gate memory(const Options& o, const std::vector<MemorySample>& samples) {
