@@ -37,6 +37,19 @@ def metric(d, name, labels=None):
     return None
 
 
+def write_proc(root, available_kb, some_avg10=0.0):
+    """A replayed procfs under `root` for --procfs-root: meminfo with this
+    MemAvailable (of 16 GB) and pressure files with this some avg10."""
+    (root / "meminfo").write_text(
+        f"MemTotal:       16000000 kB\nMemFree:         1000000 kB\nMemAvailable:   {available_kb} kB\n"
+        "SwapTotal:             0 kB\nSwapFree:              0 kB\n")
+    (root / "pressure").mkdir(exist_ok=True)
+    line = f"some avg10={some_avg10:.2f} avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    for name in ("memory", "io"):
+        (root / "pressure" / name).write_text(line)
+    (root / "pressure" / "cpu").write_text(line.splitlines()[0] + "\n")
+
+
 @functools.lru_cache(maxsize=None)
 def faults_built_in():
     """Whether this build has fault points (meson -Dfaults=true), as --version says."""

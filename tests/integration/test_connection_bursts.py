@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, metric
 
 
 # Enough connections that their memory (a few KiB each) stands well above RSS noise.
@@ -67,10 +67,9 @@ def connection_count():
 
 def heap_in_use(d):
     """The daemon's C heap in use (its allocator's count, not RSS)."""
-    for line in d.get("/metrics").text.splitlines():
-        if line.startswith("inferd_heap_in_use_bytes "):
-            return float(line.split()[1])
-    raise AssertionError("no inferd_heap_in_use_bytes in /metrics")
+    value = metric(d, "inferd_heap_in_use_bytes")
+    assert value is not None, "no inferd_heap_in_use_bytes in /metrics"
+    return value
 
 
 def test_memory_of_closed_connections_goes_back_to_the_system(start_daemon):

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from conftest import INFERCTL, free_port
+from conftest import INFERCTL, free_port, write_proc
 
 
 def proof(d, *args, admin_port=None, timeout=600):
@@ -69,18 +69,9 @@ def test_every_gate_passes_on_the_default_model_and_the_restart_is_real(start_da
                 time.sleep(0.1)
 
 
-def write_proc(root, some_avg10):
-    (root / "meminfo").write_text("MemTotal:       16000000 kB\nMemFree:         1000000 kB\n"
-                                  "MemAvailable:   10000000 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n")
-    (root / "pressure").mkdir(exist_ok=True)
-    line = f"some avg10={some_avg10:.2f} avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-    for name in ("memory", "io", "cpu"):
-        (root / "pressure" / name).write_text(line)
-
-
 def test_each_gate_fails_when_what_it_checks_is_broken(start_daemon, tmp_path):
     # No warm-up: readiness fails. Memory pressure above the proof's bound: memory fails.
-    write_proc(tmp_path, 5.0)
+    write_proc(tmp_path, 10_000_000, some_avg10=5.0)
     d = start_daemon(["--no-warmup", "--procfs-root", str(tmp_path), "--health-interval-ms", "100",
                       "--probe-interval", "0"])
     out = tmp_path / "a.json"

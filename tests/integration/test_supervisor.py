@@ -11,7 +11,7 @@ import time
 
 import requests
 
-from conftest import INFERCTL, default_model, faults_built_in, metric, needs_faults
+from conftest import INFERCTL, default_model, faults_built_in, metric, needs_faults, write_proc
 
 SUPERVISED = ["--model", default_model(), "--health-interval-ms", "100"]
 
@@ -224,17 +224,6 @@ def test_client_text_in_the_log_never_reaches_the_log_scanner(start_daemon, tmp_
         assert d.admin_post("/admin/fault", json={"name": "log.inject", "value": line}).status_code == 200
         wait_state(d, {"Degraded"}, 5)
         assert metric(d, "inferd_log_lines_total", {"category": "ucx", "baseline": "after"}) == 1
-
-
-def write_proc(root, available_kb, some_avg10=0.0):
-    (root / "meminfo").write_text(
-        f"MemTotal:       16000000 kB\nMemFree:         1000000 kB\nMemAvailable:   {available_kb} kB\n"
-        "SwapTotal:             0 kB\nSwapFree:              0 kB\n")
-    (root / "pressure").mkdir(exist_ok=True)
-    line = f"some avg10={some_avg10:.2f} avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-    for name in ("memory", "io"):
-        (root / "pressure" / name).write_text(line)
-    (root / "pressure" / "cpu").write_text(line.splitlines()[0] + "\n")
 
 
 def test_replayed_memory_and_pressure_traces_shed_and_unshed(start_daemon, tmp_path):
