@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -42,6 +43,12 @@ struct KvLayerView {
 struct AttnToken {
   const int32_t* block_table = nullptr;
   int32_t pos = 0;
+};
+
+// One product of matmul_shared: y = W x.
+struct MatmulOut {
+  WeightView w;
+  float* y = nullptr;
 };
 
 struct RopeParams {
@@ -110,6 +117,11 @@ class Backend {
   virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tokens. x: [n_tokens][cols], y: [n_tokens][rows].
   virtual void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // Several weights applied to the same x (q, k and v; gate and up), so a backend
+  // may prepare x once for all of them. Registers each weight's matmul launch key.
+  virtual void matmul_shared(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens) {
+    for (const MatmulOut& o : outs) matmul(o.w, x, n_tokens, o.y);
+  }
   // y = x / rms(x) * weight, per row of n.
   virtual void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) = 0;
   // In place on x: [n_tokens][n_heads][head_dim], position pos[t] for token t.

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -119,8 +120,11 @@ void bench_attention(Backend& be, double roofline) {
 
 int main() {
   Backend& be = *make_cuda_backend(0).release();
+  // The same kernels without the tensor cores, for the steps that would use them.
+  Backend& cores = *make_cuda_backend(0, CudaOptions{.tensor_core_min_tokens = INT64_MAX}).release();
   const double roofline = copy_gbps();
-  std::printf("{\"device\": \"%s\", \"copy_GBps\": %.0f, \"matmul\": [\n", be.name().c_str(), roofline);
+  std::printf("{\"device\": \"%s\", \"copy_GBps\": %.0f, \"tensor_core_min_tokens\": %lld, \"matmul\": [\n",
+              be.name().c_str(), roofline, (long long)CudaOptions{}.tensor_core_min_tokens);
   const int64_t rows = 8192, cols = 8192;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -138,30 +142,36 @@ int main() {
       ws.push_back(be.alloc(bytes));
       be.upload(ws.back().data(), host.data(), bytes);
     }
-    for (int64_t n : {1, 2, 4, 8, 512}) {
+    for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) {
       std::vector<float> x(n * cols);
       for (auto& v : x) v = dist(rng);
       Buffer dx = be.alloc(x.size() * sizeof(float)), dy = be.alloc(n * rows * sizeof(float));
       be.upload(dx.data(), x.data(), x.size() * sizeof(float));
-      auto run = [&](int reps) {
-        for (int i = 0; i < reps; ++i) {
-          const WeightView w{t, ws[i % copies].data(), rows, cols, rb};
-          be.matmul(w, dx.as<float>(), n, dy.as<float>());
-        }
-        float probe;
-        be.download(&probe, dy.data(), sizeof(float));  // waits for the queue
-      };
-      run(2);  // warm-up
-      const int reps = reps_override > 0 ? reps_override : n >= 512 ? 20 : 200;
-      const auto t0 = std::chrono::steady_clock::now();
-      run(reps);
-      const double s = seconds_since(t0) / reps;
-      const double gbps = bytes / s / 1e9, gflops = 2.0 * rows * cols * n / s / 1e9;
-      std::printf("%s  {\"type\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"tokens\": %lld, \"us\": %.1f, "
-                  "\"weight_GBps\": %.0f, \"of_copy_bw\": %.2f, \"GFLOPs\": %.0f}",
-                  first ? "" : ",\n", std::string(traits(t).name).c_str(), (long long)rows, (long long)cols,
-                  (long long)n, s * 1e6, gbps, gbps / roofline, gflops);
-      first = false;
+      check(cudaDeviceSynchronize(), "uploads");  // the other backend runs on its own stream
+      const bool tc = n >= CudaOptions{}.tensor_core_min_tokens && t != DType::F32;
+      for (Backend* b : {&be, &cores}) {
+        if (b == &cores && !tc) continue;  // the same kernels as the first row
+        auto run = [&](int reps) {
+          for (int i = 0; i < reps; ++i) {
+            const WeightView w{t, ws[i % copies].data(), rows, cols, rb};
+            b->matmul(w, dx.as<float>(), n, dy.as<float>());
+          }
+          float probe;
+          b->download(&probe, dy.data(), sizeof(float));  // waits for the queue
+        };
+        run(2);  // warm-up
+        const int reps = reps_override > 0 ? reps_override : n >= 128 ? 20 : 200;
+        const auto t0 = std::chrono::steady_clock::now();
+        run(reps);
+        const double s = seconds_since(t0) / reps;
+        const double gbps = bytes / s / 1e9, gflops = 2.0 * rows * cols * n / s / 1e9;
+        const char* path = b == &be && tc ? "tensor_cores" : n <= 8 ? "gemv" : "tiled";
+        std::printf("%s  {\"type\": \"%s\", \"path\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"tokens\": %lld, "
+                    "\"us\": %.1f, \"weight_GBps\": %.0f, \"of_copy_bw\": %.2f, \"GFLOPs\": %.0f}",
+                    first ? "" : ",\n", std::string(traits(t).name).c_str(), path, (long long)rows, (long long)cols,
+                    (long long)n, s * 1e6, gbps, gbps / roofline, gflops);
+        first = false;
+      }
     }
   }
   std::printf("\n]");

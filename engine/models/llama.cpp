@@ -68,9 +68,8 @@ class LlamaModel final : public Model {
       const LlamaLayer& L = layers_[l];
       const auto kvl = kv.layer(l);
       be_.rmsnorm(x, L.attn_norm, h, T, D, cfg_.norm_eps);
-      be_.matmul(L.wq, h, T, q);
-      be_.matmul(L.wk, h, T, k);
-      be_.matmul(L.wv, h, T, v);
+      const kernels::MatmulOut qkv[] = {{L.wq, q}, {L.wk, k}, {L.wv, v}};
+      be_.matmul_shared(qkv, h, T);
       be_.rope(q, in.positions, T, H, hd, cfg_.rope);
       be_.rope(k, in.positions, T, Hkv, hd, cfg_.rope);
       be_.kv_store(kvl, in.attn, T, k, v);
@@ -80,8 +79,8 @@ class LlamaModel final : public Model {
       be_.add(x, h, T * D);
 
       be_.rmsnorm(x, L.ffn_norm, h, T, D, cfg_.norm_eps);
-      be_.matmul(L.w_gate, h, T, gate);
-      be_.matmul(L.w_up, h, T, up);
+      const kernels::MatmulOut gate_up[] = {{L.w_gate, gate}, {L.w_up, up}};
+      be_.matmul_shared(gate_up, h, T);
       be_.silu_mul(gate, up, gate, T * ffn_);
       be_.matmul(L.w_down, gate, T, h);
       all_reduce(h, T * D);

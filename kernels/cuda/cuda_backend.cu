@@ -21,6 +21,7 @@
 #include <cmath>
 #include <map>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -69,7 +70,7 @@ struct Graph {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, CudaOptions opts) : device_(device), opts_(opts) {
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -80,12 +81,15 @@ class CudaBackend final : public Backend {
     // reported at the next download without a copy of its own.
     check(cudaHostAlloc(&bad_id_, sizeof(int), cudaHostAllocMapped), "cudaHostAlloc");
     *bad_id_ = 0;
+    check_blas_create(cublasCreate(&blas_));
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     for (auto& [key, g] : graphs_) drop(g);
     cudaFree(act_.data);
     cudaFree(attn_.data);
+    cudaFree(tc_.data);
+    cublasDestroy(blas_);
     cudaFreeHost(bad_id_);
     cudaStreamDestroy(stream_);
   }
@@ -174,24 +178,35 @@ class CudaBackend final : public Backend {
   }
 
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) override {
+    const MatmulOut out{w, y};
+    matmul_shared({&out, 1}, x, n_tokens);
+  }
+
+  // Quantized weights of one type and row length below tensor-core sizes share
+  // one quantization of x: q, k and v (or gate and up) cost one activation
+  // kernel instead of three (or two).
+  void matmul_shared(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens) override {
     throw_if_cancelled();
-    LaunchScope scope(launch_keys::matmul(w, n_tokens));
-    if (n_tokens <= 0 || w.rows <= 0) return;
-    select();
-    if (!is_quantized(w.type)) {
-      if (!queue("matmul.f", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y)) return;
-      return cuda::matmul_float(w, x, n_tokens, y, stream_);
+    if (outs.empty()) return;
+    const WeightView& w0 = outs.front().w;
+    bool shared = is_quantized(w0.type) && !on_tensor_cores(w0, n_tokens);
+    for (const MatmulOut& o : outs) shared = shared && o.w.type == w0.type && o.w.cols == w0.cols;
+    if (!shared || n_tokens <= 0) {
+      for (const MatmulOut& o : outs) matmul_one(o.w, x, n_tokens, o.y);
+      return;
     }
-    if (w.cols % 32 != 0) throw std::invalid_argument("matmul: quantized row length not a multiple of 32");
-    const uintptr_t align = w.type == DType::Q4_1 ? 4 : 2;
-    if (reinterpret_cast<uintptr_t>(w.data) % align != 0 || w.row_stride % align != 0)
-      throw std::invalid_argument("matmul: quantized weight rows not aligned to their scale type");
-    const int64_t nb = w.cols / 32;
-    auto* q = static_cast<int8_t*>(grow(act_, size_t(n_tokens) * (w.cols + nb * sizeof(float2)), "matmul: scratch"));
-    if (!queue("matmul.q", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y, q)) return;
-    const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w.cols)};
-    cuda::quantize_act(w.type, x, n_tokens, w.cols, xq, stream_);
-    cuda::matmul_quant(w, xq, n_tokens, y, stream_);
+    select();
+    for (const MatmulOut& o : outs) check_quantized(o.w);
+    const int64_t nb = w0.cols / 32;
+    auto* q = static_cast<int8_t*>(grow(act_, size_t(n_tokens) * (w0.cols + nb * sizeof(float2)), "matmul: scratch"));
+    const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w0.cols)};
+    if (queue("matmul.act", w0.type, w0.cols, x, n_tokens, q)) cuda::quantize_act(w0.type, x, n_tokens, w0.cols, xq, stream_);
+    for (const MatmulOut& o : outs) {
+      LaunchScope scope(launch_keys::matmul(o.w, n_tokens));
+      if (o.w.rows <= 0) continue;
+      if (queue("matmul.q", o.w.type, o.w.data, o.w.rows, o.w.cols, o.w.row_stride, n_tokens, o.y, q))
+        cuda::matmul_quant(o.w, xq, n_tokens, o.y, stream_);
+    }
   }
 
   void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) override {
@@ -305,6 +320,48 @@ class CudaBackend final : public Backend {
     CudaBackend& be_;
   };
 
+  // One matmul on its own: float weights, tensor-core sizes, or a lone quantized weight.
+  void matmul_one(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+    LaunchScope scope(launch_keys::matmul(w, n_tokens));
+    if (n_tokens <= 0 || w.rows <= 0) return;
+    select();
+    if (is_quantized(w.type)) check_quantized(w);
+    if (on_tensor_cores(w, n_tokens)) return matmul_tensor_cores(w, x, n_tokens, y);
+    if (!is_quantized(w.type)) {
+      if (!queue("matmul.f", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y)) return;
+      return cuda::matmul_float(w, x, n_tokens, y, stream_);
+    }
+    const int64_t nb = w.cols / 32;
+    auto* q = static_cast<int8_t*>(grow(act_, size_t(n_tokens) * (w.cols + nb * sizeof(float2)), "matmul: scratch"));
+    if (!queue("matmul.q", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y, q)) return;
+    const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w.cols)};
+    cuda::quantize_act(w.type, x, n_tokens, w.cols, xq, stream_);
+    cuda::matmul_quant(w, xq, n_tokens, y, stream_);
+  }
+
+  static void check_quantized(const WeightView& w) {
+    if (w.cols % 32 != 0) throw std::invalid_argument("matmul: quantized row length not a multiple of 32");
+    const uintptr_t align = w.type == DType::Q4_1 ? 4 : 2;
+    if (reinterpret_cast<uintptr_t>(w.data) % align != 0 || w.row_stride % align != 0)
+      throw std::invalid_argument("matmul: quantized weight rows not aligned to their scale type");
+  }
+
+  // Eager steps of many tokens go to the tensor cores; captured steps are
+  // decode-sized and keep the kernels that match the CPU.
+  bool on_tensor_cores(const WeightView& w, int64_t n_tokens) const {
+    return mode_ == Mode::Eager && n_tokens >= opts_.tensor_core_min_tokens && cuda::takes_tensor_cores(w.type);
+  }
+
+  // Prefill-sized steps, eager only (captured steps are decode-sized).
+  void matmul_tensor_cores(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+    void* scratch = grow(tc_, size_t(cuda::tensor_core_scratch_bytes(w, n_tokens)), "matmul: tensor-core scratch");
+    cuda::matmul_tensor_cores(blas_, w, x, n_tokens, y, scratch, stream_);
+  }
+
+  static void check_blas_create(cublasStatus_t s) {
+    if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cublasCreate: ") + cublasGetStatusString(s));
+  }
+
   // A replay launches nothing until run_captured, which has selected the device.
   void select() {
     if (mode_ != Mode::Replay) check(cudaSetDevice(device_), "cudaSetDevice");
@@ -416,11 +473,13 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
+  CudaOptions opts_;
+  cublasHandle_t blas_ = nullptr;
   std::string name_;
   int sm_count_ = 1;
   cudaStream_t stream_ = nullptr;
   int* bad_id_ = nullptr;
-  Scratch act_, attn_;
+  Scratch act_, attn_, tc_;
 
   // Captured steps by key, and the one being recorded or replayed.
   std::map<int64_t, Graph> graphs_;
@@ -445,6 +504,8 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, CudaOptions opts) {
+  return std::make_unique<cuda::CudaBackend>(device, opts);
+}
 
 }  // namespace inferd::kernels

@@ -6,6 +6,7 @@
 // std::runtime_error naming the call. Declared without CUDA headers, so any
 // C++ file can include it; built only when INFERD_HAVE_CUDA is 1.
 #pragma once
+#include <cstdint>
 #include <memory>
 
 #include "kernels/backend.hpp"
@@ -15,7 +16,14 @@ namespace inferd::kernels {
 // How many CUDA devices this process can use (0 when there is no driver or device).
 int cuda_device_count();
 
+struct CudaOptions {
+  // Steps of at least this many tokens multiply F16, BF16, Q4_0, Q4_1 and Q8_0
+  // weights on the tensor cores (cuBLAS, activations rounded to halves); fewer
+  // run the GEMV and tiled kernels that match the CPU backend's arithmetic.
+  int64_t tensor_core_min_tokens = 32;
+};
+
 // Throws std::runtime_error when `device` cannot be used.
-std::unique_ptr<Backend> make_cuda_backend(int device);
+std::unique_ptr<Backend> make_cuda_backend(int device, CudaOptions opts = {});
 
 }  // namespace inferd::kernels

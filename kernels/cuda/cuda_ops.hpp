@@ -2,6 +2,7 @@
 // its kernels on `stream` and returns. Pointers are device memory; the backend
 // has validated shapes and registered launch keys before calling.
 #pragma once
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -28,6 +29,15 @@ void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, 
 void matmul_quant(const WeightView& w, QuantAct x, int64_t n_tokens, float* y, cudaStream_t stream);
 // The same for F32, F16 and BF16 weights, from the float activations.
 void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream);
+
+// Tensor-core matmul (matmul_tc.cu) for steps of many tokens: whether it takes
+// the weight type, the scratch it needs (device bytes, 256-byte aligned), and
+// the matmul itself, which rounds x to halves and runs cuBLAS on `stream`.
+bool takes_tensor_cores(DType t);
+int64_t tensor_core_slab_rows(int64_t cols);
+int64_t tensor_core_scratch_bytes(const WeightView& w, int64_t n_tokens);
+void matmul_tensor_cores(cublasHandle_t blas, const WeightView& w, const float* x, int64_t n_tokens, float* y,
+                         void* scratch, cudaStream_t stream);
 
 // Rows out of range are written as zeros and set *bad_id (host-mapped memory) to 1.
 void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out, int* bad_id, cudaStream_t stream);

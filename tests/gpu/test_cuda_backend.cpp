@@ -175,23 +175,35 @@ TEST_CASE("matmul matches the CPU for every weight type, decode and prefill toke
   struct Shape {
     int64_t rows, cols;
   };
+  const int64_t tc_from = CudaOptions{}.tensor_core_min_tokens;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    // Rows for thousands of GEMV blocks, and rows of several stages per warp.
+    // Rows for thousands of GEMV blocks, rows of several stages per warp, and
+    // (4100 x 8192) more rows than one slab of dequantized weights.
     for (Shape s : {Shape{300, 512}, Shape{1000, 2048}, Shape{64, 96}, Shape{40, 11008}, Shape{4100, 256},
-                    Shape{1100, 8320}}) {
+                    Shape{1100, 8320}, Shape{4100, 8192}}) {
       TestWeight w = make_weight(t, s.rows, s.cols, 21);
-      for (int64_t n : {1, 2, 3, 8, 9, 64, 100}) {
+      // The weights as floats, for the tensor-core steps' reference.
+      std::vector<float> table(s.rows * s.cols);
+      std::vector<int32_t> all(s.rows);
+      for (int64_t r = 0; r < s.rows; ++r) all[r] = static_cast<int32_t>(r);
+      cpu().get_rows(w.host, all.data(), s.rows, table.data());
+      const WeightView exact{DType::F32, table.data(), s.rows, s.cols, size_t(s.cols) * 4};
+      for (int64_t n : {1, 2, 3, 8, 9, 31, 64, 100}) {
         const auto x = random_floats(n * s.cols, 31 + uint32_t(n));
+        const bool tensor_cores = n >= tc_from && t != DType::F32 && s.cols % 32 == 0;
         std::vector<float> want(n * s.rows);
-        cpu().matmul(w.host, x.data(), n, want.data());
+        cpu().matmul(tensor_cores ? exact : w.host, x.data(), n, want.data());
         Buffer dx = to_gpu(x);
         Buffer y = poisoned(n * s.rows);
         gpu().matmul(w.device, dx.as<float>(), n, y.as<float>());
-        // Same products (float, or the same int8 blocks and scales for quantized
-        // types); only the float summation order differs.
-        expect_close(std::string("matmul ") + type_name(t) + " " + std::to_string(s.rows) + "x" +
-                         std::to_string(s.cols) + " t=" + std::to_string(n),
-                     from_gpu<float>(y, n * s.rows), want, 2e-5 * std::max(1.0, max_abs(want)));
+        // Below tensor-core sizes: the same products (float, or the same int8
+        // blocks and scales for quantized types); only the summation order
+        // differs. On the tensor cores: x rounded to halves (11 significant bits;
+        // BF16 8), against the exact product of the weights as they dequantize.
+        const double rel = !tensor_cores ? 2e-5 : t == DType::BF16 ? 8e-3 : 2e-3;
+        expect_close(std::string("matmul ") + type_name(t) + (tensor_cores ? " tc " : " ") + std::to_string(s.rows) +
+                         "x" + std::to_string(s.cols) + " t=" + std::to_string(n),
+                     from_gpu<float>(y, n * s.rows), want, rel * std::max(1.0, max_abs(want)));
       }
     }
   }
