@@ -190,7 +190,7 @@ class CudaBackend final : public Backend {
     if (outs.empty()) return;
     const WeightView& w0 = outs.front().w;
     bool shared = is_quantized(w0.type) && !on_tensor_cores(w0, n_tokens);
-    for (const MatmulOut& o : outs) shared = shared && o.w.type == w0.type && o.w.cols == w0.cols;
+    for (const MatmulOut& o : outs) shared = shared && o.w.type == w0.type && o.w.cols == w0.cols && o.w.rows > 0;
     if (!shared || n_tokens <= 0) {
       for (const MatmulOut& o : outs) matmul_one(o.w, x, n_tokens, o.y);
       return;
@@ -201,12 +201,12 @@ class CudaBackend final : public Backend {
     auto* q = static_cast<int8_t*>(grow(act_, size_t(n_tokens) * (w0.cols + nb * sizeof(float2)), "matmul: scratch"));
     const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w0.cols)};
     if (queue("matmul.act", w0.type, w0.cols, x, n_tokens, q)) cuda::quantize_act(w0.type, x, n_tokens, w0.cols, xq, stream_);
+    bool launch = true;
     for (const MatmulOut& o : outs) {
       LaunchScope scope(launch_keys::matmul(o.w, n_tokens));
-      if (o.w.rows <= 0) continue;
-      if (queue("matmul.q", o.w.type, o.w.data, o.w.rows, o.w.cols, o.w.row_stride, n_tokens, o.y, q))
-        cuda::matmul_quant(o.w, xq, n_tokens, o.y, stream_);
+      launch = queue("matmul.q", o.w.type, o.w.data, o.w.rows, o.w.cols, o.w.row_stride, n_tokens, o.y, q);
     }
+    if (launch) cuda::matmul_quant(outs, xq, n_tokens, stream_);
   }
 
   void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) override {
@@ -336,7 +336,8 @@ class CudaBackend final : public Backend {
     if (!queue("matmul.q", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y, q)) return;
     const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w.cols)};
     cuda::quantize_act(w.type, x, n_tokens, w.cols, xq, stream_);
-    cuda::matmul_quant(w, xq, n_tokens, y, stream_);
+    const MatmulOut out{w, y};
+    cuda::matmul_quant({&out, 1}, xq, n_tokens, stream_);
   }
 
   static void check_quantized(const WeightView& w) {

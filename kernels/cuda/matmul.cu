@@ -6,11 +6,14 @@
 //
 // Decode-sized steps (up to kGemvTokens tokens) run a GEMV: one warp per weight
 // row, reading the row once for all tokens, which is what bounds decode (weight
-// bytes over memory bandwidth). Larger steps run a tiled GEMM of 64 rows x 64
+// bytes over memory bandwidth); weights that share their input (q, k and v) run
+// in one launch. Larger steps run a tiled GEMM of 64 rows x 64
 // tokens per block through shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <span>
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_ops.hpp"
@@ -131,17 +134,39 @@ __device__ inline int block_dot(const WBlock& w, const ABlock& a) {
 constexpr int kGemvRows = 2;
 constexpr int kStageBlocks = 64;  // two per lane
 
+// Up to kMaxSegs weights of one type and row length read the same activations
+// in one launch (q, k and v; gate and up): each takes a run of the grid's blocks.
+constexpr int kMaxSegs = 3;
+struct GemvSeg {
+  const uint8_t* w;
+  size_t row_stride;
+  int64_t rows;
+  float* y;
+  unsigned first_block;
+};
+struct GemvSegs {
+  GemvSeg s[kMaxSegs];
+  int n;
+};
+
 template <class Block, int NT>
-__global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(const uint8_t* w, size_t row_stride, int64_t rows,
-                                                              int64_t nb, const int8_t* xq, const float2* xdc,
-                                                              int n_tokens, float* y) {
+__global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int64_t nb, const int8_t* xq,
+                                                              const float2* xdc, int n_tokens) {
+  int si = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxSegs; ++i)
+    if (i < segs.n && blockIdx.x >= segs.s[i].first_block) si = i;
+  const uint8_t* const w = segs.s[si].w;
+  const size_t row_stride = segs.s[si].row_stride;
+  const int64_t rows = segs.s[si].rows;
+  float* const y = segs.s[si].y;
   constexpr int kSize = sizeof(Block);
   constexpr int kWords = (kStageBlocks * kSize + 15 + 15) / 16;
   constexpr int kLoads = (kWords + 31) / 32;
   __shared__ uint4 stage[kGemvWarps][kGemvRows][kWords];
   __shared__ float partial[kGemvWarps][kGemvRows][NT];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t r0 = int64_t(blockIdx.x) * kGemvRows;
+  const int64_t r0 = int64_t(blockIdx.x - segs.s[si].first_block) * kGemvRows;
   const uint8_t* row[kGemvRows];
 #pragma unroll
   for (int i = 0; i < kGemvRows; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
@@ -446,18 +471,26 @@ dim3 gemm_grid(int64_t rows, int64_t n_tokens) {
 }
 
 template <class Block>
-void matmul_quant_typed(const WeightView& w, QuantAct x, int64_t n_tokens, float* y, cudaStream_t stream) {
-  const unsigned gemv_grid = static_cast<unsigned>((w.rows + kGemvRows - 1) / kGemvRows);
-  const auto* data = static_cast<const uint8_t*>(w.data);
-  const int64_t nb = w.cols / kQuantBlock;
+void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, cudaStream_t stream) {
+  const int64_t nb = outs.front().w.cols / kQuantBlock;
   const int n = static_cast<int>(n_tokens);
-  if (n_tokens <= kGemvTokens) {
-    auto* kernel = n <= 1 ? gemv_quant<Block, 1> : n <= 2 ? gemv_quant<Block, 2> : n <= 4 ? gemv_quant<Block, 4>
-                                                                                            : gemv_quant<Block, 8>;
-    kernel<<<gemv_grid, 32 * kGemvWarps, 0, stream>>>(data, w.row_stride, w.rows, nb, x.q, x.dc, n, y);
-  } else {
-    gemm_quant<Block><<<gemm_grid(w.rows, n_tokens), 256, 0, stream>>>(data, w.row_stride, w.rows, nb, x.q, x.dc,
-                                                                       n_tokens, y);
+  if (n_tokens > kGemvTokens) {
+    for (const MatmulOut& o : outs)
+      gemm_quant<Block><<<gemm_grid(o.w.rows, n_tokens), 256, 0, stream>>>(
+          static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n_tokens, o.y);
+    return;
+  }
+  auto* kernel = n <= 1 ? gemv_quant<Block, 1> : n <= 2 ? gemv_quant<Block, 2> : n <= 4 ? gemv_quant<Block, 4>
+                                                                                          : gemv_quant<Block, 8>;
+  for (size_t first = 0; first < outs.size(); first += kMaxSegs) {
+    GemvSegs segs{};
+    unsigned blocks = 0;
+    for (size_t i = first; i < std::min(outs.size(), first + kMaxSegs); ++i) {
+      const WeightView& w = outs[i].w;
+      segs.s[segs.n++] = GemvSeg{static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, outs[i].y, blocks};
+      blocks += static_cast<unsigned>((w.rows + kGemvRows - 1) / kGemvRows);
+    }
+    kernel<<<blocks, 32 * kGemvWarps, 0, stream>>>(segs, nb, x.q, x.dc, n);
   }
 }
 
@@ -486,11 +519,12 @@ void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, 
   check_launch("matmul: quantize activations");
 }
 
-void matmul_quant(const WeightView& w, QuantAct x, int64_t n_tokens, float* y, cudaStream_t stream) {
-  switch (w.type) {
-    case DType::Q4_0: matmul_quant_typed<BlockQ4_0>(w, x, n_tokens, y, stream); break;
-    case DType::Q4_1: matmul_quant_typed<BlockQ4_1>(w, x, n_tokens, y, stream); break;
-    case DType::Q8_0: matmul_quant_typed<BlockQ8_0>(w, x, n_tokens, y, stream); break;
+void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, cudaStream_t stream) {
+  if (outs.empty()) return;
+  switch (outs.front().w.type) {
+    case DType::Q4_0: matmul_quant_typed<BlockQ4_0>(outs, x, n_tokens, stream); break;
+    case DType::Q4_1: matmul_quant_typed<BlockQ4_1>(outs, x, n_tokens, stream); break;
+    case DType::Q8_0: matmul_quant_typed<BlockQ8_0>(outs, x, n_tokens, stream); break;
     default: throw std::invalid_argument("matmul_quant: not a quantized weight type");
   }
   check_launch("matmul");

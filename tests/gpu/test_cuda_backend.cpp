@@ -209,6 +209,36 @@ TEST_CASE("matmul matches the CPU for every weight type, decode and prefill toke
   }
 }
 
+TEST_CASE("matmul_shared: weights reading one input (q, k, v) match the CPU, one launch or several") {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
+    // Three weights of different row counts; four, which takes two launches.
+    std::vector<TestWeight> ws;
+    for (int64_t rows : {1000, 256, 256, 72}) ws.push_back(make_weight(t, rows, 2048, 40 + uint32_t(rows)));
+    for (size_t count : {size_t(3), size_t(4)}) {
+      for (int64_t n : {1, 3, 8, 9, 64}) {
+        const auto x = random_floats(n * 2048, 50 + uint32_t(n));
+        Buffer dx = to_gpu(x);
+        std::vector<Buffer> ys;
+        std::vector<MatmulOut> outs;
+        for (size_t i = 0; i < count; ++i) {
+          ys.push_back(poisoned(n * ws[i].device.rows));
+          outs.push_back({ws[i].device, ys.back().as<float>()});
+        }
+        gpu().matmul_shared(outs, dx.as<float>(), n);
+        for (size_t i = 0; i < count; ++i) {
+          std::vector<float> alone(n * ws[i].device.rows);
+          Buffer y = poisoned(alone.size());
+          gpu().matmul(ws[i].device, dx.as<float>(), n, y.as<float>());
+          // Exactly what the same weight gives on its own.
+          expect_close(std::string("matmul_shared ") + type_name(t) + " w" + std::to_string(i) + " t=" +
+                           std::to_string(n),
+                       from_gpu<float>(ys[i], alone.size()), from_gpu<float>(y, alone.size()), 0.0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("rmsnorm, silu_mul and add match the CPU") {
   for (int64_t rows : {1, 7, 64}) {
     for (int64_t n : {100, 576, 4096}) {
