@@ -124,6 +124,14 @@ class Backend {
   }
   // y = x / rms(x) * weight, per row of n.
   virtual void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) = 0;
+  // x += residual (n_rows * n), then y = rmsnorm(x) * weight: a residual add and
+  // the next norm, which a backend may do in one pass. y may be residual.
+  // Registers the launch keys of add and rmsnorm.
+  virtual void add_rmsnorm(float* x, const float* residual, const float* weight, float* y, int64_t n_rows, int64_t n,
+                           float eps) {
+    add(x, residual, n_rows * n);
+    rmsnorm(x, weight, y, n_rows, n, eps);
+  }
   // In place on x: [n_tokens][n_heads][head_dim], position pos[t] for token t.
   virtual void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim,
                     const RopeParams& p) = 0;

@@ -64,10 +64,11 @@ class LlamaModel final : public Model {
     const int64_t reach = *std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1};
 
     be_.get_rows(tok_embd_, in.tokens, T, x);
+    be_.rmsnorm(x, layers_[0].attn_norm, h, T, D, cfg_.norm_eps);
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const LlamaLayer& L = layers_[l];
       const auto kvl = kv.layer(l);
-      be_.rmsnorm(x, L.attn_norm, h, T, D, cfg_.norm_eps);
+      // h: this layer's normed input (the previous layer normed it with its residual add).
       const kernels::MatmulOut qkv[] = {{L.wq, q}, {L.wk, k}, {L.wv, v}};
       be_.matmul_shared(qkv, h, T);
       be_.rope(q, in.positions, T, H, hd, cfg_.rope);
@@ -76,15 +77,17 @@ class LlamaModel final : public Model {
       be_.attention(kvl, in.attn, T, reach, q, H, scale, att);
       be_.matmul(L.wo, att, T, h);
       all_reduce(h, T * D);
-      be_.add(x, h, T * D);
+      be_.add_rmsnorm(x, h, L.ffn_norm, h, T, D, cfg_.norm_eps);
 
-      be_.rmsnorm(x, L.ffn_norm, h, T, D, cfg_.norm_eps);
       const kernels::MatmulOut gate_up[] = {{L.w_gate, gate}, {L.w_up, up}};
       be_.matmul_shared(gate_up, h, T);
       be_.silu_mul(gate, up, gate, T * ffn_);
       be_.matmul(L.w_down, gate, T, h);
       all_reduce(h, T * D);
-      be_.add(x, h, T * D);
+      if (l + 1 < cfg_.n_layers)
+        be_.add_rmsnorm(x, h, layers_[l + 1].attn_norm, h, T, D, cfg_.norm_eps);
+      else
+        be_.add(x, h, T * D);
     }
 
     // Only the rows whose logits are wanted go through the final norm and the head.

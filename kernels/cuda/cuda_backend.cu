@@ -216,6 +216,15 @@ class CudaBackend final : public Backend {
     cuda::rmsnorm(x, weight, y, n_rows, n, eps, stream_);
   }
 
+  void add_rmsnorm(float* x, const float* residual, const float* weight, float* y, int64_t n_rows, int64_t n,
+                   float eps) override {
+    LaunchScope add_key(launch_keys::add(n_rows * n));
+    LaunchScope norm_key(launch_keys::rmsnorm(n_rows, n));
+    select();
+    if (!queue("add_rmsnorm", x, residual, weight, y, n_rows, n, eps)) return;
+    cuda::add_rmsnorm(x, residual, weight, y, n_rows, n, eps, stream_);
+  }
+
   void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim, const RopeParams& p) override {
     LaunchScope scope(launch_keys::rope(p, n_tokens, n_heads, head_dim));
     if (p.n_rot <= 0 || p.n_rot > head_dim || p.n_rot % 2 != 0 || p.n_rot > kMaxHeadDim)

@@ -44,6 +44,9 @@ void matmul_tensor_cores(cublasHandle_t blas, const WeightView& w, const float* 
 // Rows out of range are written as zeros and set *bad_id (host-mapped memory) to 1.
 void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out, int* bad_id, cudaStream_t stream);
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps, cudaStream_t stream);
+// x += residual, then y = rmsnorm(x) * weight, in one kernel; y may be residual.
+void add_rmsnorm(float* x, const float* residual, const float* weight, float* y, int64_t n_rows, int64_t n, float eps,
+                 cudaStream_t stream);
 // theta_scale = freq_base^(-2 / n_rot), computed by the caller as the CPU backend does.
 void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim, const RopeParams& p,
           float theta_scale, cudaStream_t stream);

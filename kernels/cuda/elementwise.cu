@@ -64,12 +64,24 @@ __global__ void get_rows_kernel(WeightView table, const int32_t* ids, float* out
 }
 
 // Squares in float, summed in double, like the reference.
-__global__ void rmsnorm_kernel(const float* x, const float* weight, float* y, int64_t n, float eps) {
+// Row blockIdx.x: y = x / rms(x) * weight. With `residual`, x += residual first
+// (written back), each thread adding and later scaling the same elements, so y
+// may be the residual itself.
+__global__ void rmsnorm_kernel(float* x, const float* residual, const float* weight, float* y, int64_t n, float eps) {
   __shared__ double partial[kThreads / 32];
-  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* xr = x + int64_t(blockIdx.x) * n;
   float* yr = y + int64_t(blockIdx.x) * n;
   double sum = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(__fmul_rn(xr[i], xr[i]));
+  if (residual) {
+    const float* rr = residual + int64_t(blockIdx.x) * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float v = __fadd_rn(xr[i], rr[i]);
+      xr[i] = v;
+      sum += static_cast<double>(__fmul_rn(v, v));
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(__fmul_rn(xr[i], xr[i]));
+  }
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
   __syncthreads();
@@ -147,8 +159,17 @@ void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out
 
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps, cudaStream_t stream) {
   if (n_rows <= 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, weight, y, n, eps);
+  // x is only read when there is no residual.
+  rmsnorm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(const_cast<float*>(x), nullptr, weight, y,
+                                                                        n, eps);
   check_launch("rmsnorm");
+}
+
+void add_rmsnorm(float* x, const float* residual, const float* weight, float* y, int64_t n_rows, int64_t n, float eps,
+                 cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  rmsnorm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, residual, weight, y, n, eps);
+  check_launch("add_rmsnorm");
 }
 
 void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim, const RopeParams& p,

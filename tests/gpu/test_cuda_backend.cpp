@@ -266,6 +266,22 @@ TEST_CASE("rmsnorm, silu_mul and add match the CPU") {
   }
 }
 
+TEST_CASE("add_rmsnorm matches the CPU's add then rmsnorm, with the output in place of the residual") {
+  for (int64_t rows : {1, 7, 64}) {
+    for (int64_t n : {100, 576, 4096}) {
+      auto x = random_floats(rows * n, 43, -3.0f, 3.0f);
+      auto r = random_floats(rows * n, 44, -1.0f, 1.0f);
+      const auto w = random_floats(n, 45);
+      Buffer dx = to_gpu(x), dr = to_gpu(r), dw = to_gpu(w);
+      cpu().add_rmsnorm(x.data(), r.data(), w.data(), r.data(), rows, n, 1e-5f);
+      gpu().add_rmsnorm(dx.as<float>(), dr.as<float>(), dw.as<float>(), dr.as<float>(), rows, n, 1e-5f);
+      const std::string shape = " rows=" + std::to_string(rows) + " n=" + std::to_string(n);
+      expect_close("add_rmsnorm sum" + shape, from_gpu<float>(dx, rows * n), x, 0.0);
+      expect_close("add_rmsnorm norm" + shape, from_gpu<float>(dr, rows * n), r, 1e-6);
+    }
+  }
+}
+
 TEST_CASE("rope matches the CPU: both layouts, partial rotation, scaled frequencies") {
   const int64_t n_tokens = 19;
   std::vector<int32_t> pos(n_tokens);
