@@ -20,7 +20,7 @@ struct CudaOptions {
   // Steps of at least this many tokens multiply F16, BF16, Q4_0, Q4_1 and Q8_0
   // weights on the tensor cores (cuBLAS, activations rounded to halves); fewer
   // run the GEMV and tiled kernels that match the CPU backend's arithmetic.
-  int64_t tensor_core_min_tokens = 32;
+  int64_t tensor_core_min_tokens = 16;
 };
 
 // Throws std::runtime_error when `device` cannot be used.
