@@ -74,22 +74,26 @@ def main():
                       hidden_act="silu", attention_bias=False, mlp_bias=False, **SHAPES[args.shape])
     torch.manual_seed(args.seed)
     dtype = getattr(torch, DTYPES[args.dtype])
+    # Built in the target dtype and filled tensor by tensor: an 8b model in
+    # float32 would need 32 GB at once.
+    torch.set_default_dtype(dtype)
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
-    model = model.to_empty(device="cpu").to(torch.float32)
+    model = model.to_empty(device="cpu")
     gen = torch.Generator().manual_seed(args.seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if p.dim() == 1:  # norm weights
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+                p.copy_(1.0 + 0.1 * r)
             elif "embed_tokens" in name:
-                p.copy_(torch.randn(p.shape, generator=gen))
+                p.copy_(r)
             else:
                 # The blocks' outputs weigh 4x so they, not the embedding's own
                 # row, decide the next token (a tied model otherwise repeats its input).
                 gain = 4.0 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
-                p.copy_(gain * torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
-    model = model.to(dtype)
+                p.copy_(r.mul_(gain / p.shape[1] ** 0.5))
+            del r
     if cfg.tie_word_embeddings:
         model.tie_weights()
 
