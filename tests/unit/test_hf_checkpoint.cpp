@@ -427,3 +427,101 @@ TEST_CASE("safetensors: malformed headers are load errors naming the file and by
         std::string::npos);
   CHECK(error(with_header(R"([1,2])", 0)).find("not a JSON object") != std::string::npos);
 }
+
+TEST_CASE("HF checkpoint: an untied lm_head is the output; tied, it is left unused") {
+  const auto ids = ints(golden().at("cases").as_array()[0].at("ids"));
+  Runner tied(fixture());
+  const std::vector<float> want(tied.run(ids), tied.run(ids) + ids.size() * size_t(tied.vocab));
+  auto entries = fixture_entries();
+  const auto emb = std::find_if(entries.begin(), entries.end(), [](const StEntry& e) { return e.name == "model.embed_tokens.weight"; });
+  REQUIRE(emb != entries.end());
+  StEntry head = *emb;
+  head.name = "lm_head.weight";
+
+  Scratch s("untied");
+  std::string config = read_text(fixture() + "/config.json");
+  config.replace(config.find("\"tie_word_embeddings\": true"), 27, "\"tie_word_embeddings\": false");
+  write_text(s.path("config.json"), config);
+  SUBCASE("untied, with lm_head: the same numbers through output.weight") {
+    entries.push_back(head);
+    write_text(s.path("model.safetensors"), safetensors_bytes(entries));
+    Runner r(s.path());
+    CHECK_FALSE(r.model->config().tied_embeddings);
+    CHECK(r.file->find_tensor("output.weight") != nullptr);
+    const float* got = r.run(ids);
+    CHECK(std::equal(want.begin(), want.end(), got));
+  }
+  SUBCASE("untied without lm_head: refused naming the key and the tensor") {
+    const auto e = load_error(s.path());
+    CHECK(e.find("tie_word_embeddings") != std::string::npos);
+    CHECK(e.find("lm_head.weight") != std::string::npos);
+  }
+  SUBCASE("tied with an lm_head saved anyway: the embedding is the output") {
+    write_text(s.path("config.json"), read_text(fixture() + "/config.json"));
+    entries.push_back(head);
+    write_text(s.path("model.safetensors"), safetensors_bytes(entries));
+    Runner r(s.path());
+    CHECK(r.model->config().tied_embeddings);
+    CHECK(r.file->find_tensor("output.weight") == nullptr);
+  }
+}
+
+TEST_CASE("HF checkpoint: tokenizer.json's pre-tokenizer and post-processor pick the family and BOS") {
+  Scratch s("tok");
+  // A Llama 3 style tokenizer: the split regex, then ByteLevel without its own
+  // regex; BOS added by the post-processor; a second stop id in generation_config.
+  auto tok_json = [](const json::value& pre, const json::value& post) {
+    json::object vocab;
+    const char* pieces[] = {"a", "b", "c", "Ġ", "ab", "<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>"};
+    for (int i = 0; i < 5; ++i) vocab[pieces[i]] = i;
+    json::array added;
+    for (int i = 5; i < 8; ++i) added.push_back(json::object{{"id", i}, {"content", pieces[i]}, {"special", true}});
+    return json::serialize(json::object{
+        {"normalizer", nullptr},
+        {"pre_tokenizer", pre},
+        {"post_processor", post},
+        {"added_tokens", added},
+        {"model", json::object{{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array{"a b"}},
+                               {"ignore_merges", true}, {"byte_fallback", false}}}});
+  };
+  const std::string llama3_regex =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const json::value split = json::object{{"type", "Split"}, {"pattern", json::object{{"Regex", llama3_regex}}},
+                                         {"behavior", "Isolated"}, {"invert", false}};
+  const json::value byte_level = json::object{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
+  const json::value post = json::object{
+      {"type", "TemplateProcessing"},
+      {"single", json::array{json::object{{"SpecialToken", json::object{{"id", "<|begin_of_text|>"}}}}}}};
+  write_text(s.path("tokenizer.json"),
+             tok_json(json::object{{"type", "Sequence"}, {"pretokenizers", json::array{split, byte_level}}}, post));
+  write_text(s.path("tokenizer_config.json"),
+             R"({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": "{{ '<|start_header_id|>' }}"})");
+  write_text(s.path("generation_config.json"), R"({"bos_token_id": 5, "eos_token_id": [7, 6]})");
+  fs::remove(s.path("chat_template.jinja"));
+  {
+    const auto file = engine::open_model(s.path());
+    const auto tok = engine::Tokenizer::from_gguf(*file);
+    CHECK(tok->pre_tokenizer().name() == "llama3");
+    CHECK(tok->bos() == 5);
+    CHECK(tok->eos() == 6);
+    CHECK(tok->add_bos());
+    CHECK(tok->stop_ids() == std::vector<int32_t>{6, 7});
+    CHECK(tok->encode("ab", true, true) == std::vector<int32_t>{5, 4});
+    CHECK(engine::ChatTemplate::from_gguf(*file, *tok).family() == engine::ChatTemplate::Family::Llama3);
+  }
+  SUBCASE("a regex inferd has no family for") {
+    json::value other = split;
+    other.as_object()["pattern"] = json::object{{"Regex", "\\w+"}};
+    write_text(s.path("tokenizer.json"),
+               tok_json(json::object{{"type", "Sequence"}, {"pretokenizers", json::array{other, byte_level}}}, post));
+    const auto e = load_error(s.path());
+    CHECK(e.find("tokenizer.json") != std::string::npos);
+    CHECK(e.find("'pre_tokenizer'") != std::string::npos);
+  }
+  SUBCASE("a Metaspace (SentencePiece) pre-tokenizer") {
+    write_text(s.path("tokenizer.json"), tok_json(json::object{{"type", "Metaspace"}}, post));
+    const auto e = load_error(s.path());
+    CHECK(e.find("'pre_tokenizer'") != std::string::npos);
+    CHECK(e.find("Metaspace") != std::string::npos);
+  }
+}
