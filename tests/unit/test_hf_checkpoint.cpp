@@ -18,6 +18,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "cluster/messages.hpp"
 #include "engine/chat_template.hpp"
 #include "engine/hf_checkpoint.hpp"
 #include "engine/kv/kv_cache.hpp"
@@ -524,4 +525,15 @@ TEST_CASE("HF checkpoint: tokenizer.json's pre-tokenizer and post-processor pick
     CHECK(e.find("'pre_tokenizer'") != std::string::npos);
     CHECK(e.find("Metaspace") != std::string::npos);
   }
+}
+
+TEST_CASE("HF checkpoint: tensor-parallel ranks fingerprint a checkpoint directory by its config and weights") {
+  const auto want = cluster::model_fingerprint(fixture());
+  CHECK(want.model_bytes == fs::file_size(fixture() + "/model.safetensors"));
+  Scratch s("fingerprint");
+  CHECK(cluster::model_fingerprint(s.path()).model_hash == want.model_hash);
+  std::string config = read_text(s.path("config.json"));
+  config.replace(config.find("\"rms_norm_eps\": 1e-05"), 21, "\"rms_norm_eps\": 1e-06");
+  write_text(s.path("config.json"), config);
+  CHECK(cluster::model_fingerprint(s.path()).model_hash != want.model_hash);
 }
