@@ -13,7 +13,8 @@ models/SmolLM2-135M-Instruct.Q4_1.gguf; tools/bootstrap.sh fetches it). The
 vocabulary size is that tokenizer's.
 
 Shapes: `tiny` (a few MB, for tests: 16 wide, 2 layers, head_dim 8 set apart from
-width / heads, linear RoPE scaling, tied embeddings), `1b` (Llama-3.2-1B's layer
+width / heads, linear RoPE scaling, tied embeddings, a feed-forward that
+tensor parallelism can split), `1b` (Llama-3.2-1B's layer
 shapes) and `8b` (Llama-3-8B's). Weights are drawn with std 1/sqrt(fan-in) (4x that for the
 blocks' output projections, the embeddings with std 1, norms around 1) so logits
 are well separated and greedy decoding is a meaningful check.
@@ -26,7 +27,7 @@ import pathlib
 import sys
 
 SHAPES = {
-    "tiny": dict(hidden_size=16, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+    "tiny": dict(hidden_size=16, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=8, max_position_embeddings=256, rope_theta=10000.0,
                  rms_norm_eps=1e-5, tie_word_embeddings=True,
                  rope_scaling={"type": "linear", "factor": 2.0}),

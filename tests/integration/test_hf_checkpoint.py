@@ -2,14 +2,15 @@
 Llama of tests/golden/hf-tiny (tools/make_hf_golden.py), named by --model or by
 the configuration file's [model] path, answers completions and chat completions
 through the `openai` client; a checkpoint inferd cannot run is refused at load
-with the file and key named."""
+with the file and key named. Two tensor-parallel ranks on the checkpoint give the
+single rank's greedy text."""
 import shutil
 import subprocess
 
 import openai
 import pytest
 
-from conftest import INFERD, SRC, free_port
+from conftest import INFERD, SRC, Daemon, free_port
 
 TINY = SRC / "tests" / "golden" / "hf-tiny"
 # The checkpoint's trained context is 256 tokens.
@@ -58,3 +59,27 @@ def test_unsupported_checkpoint_is_refused(tmp_path):
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "config.json" in out and "'architectures'" in out and "GPT2LMHeadModel" in out, out[-4000:]
+
+
+def test_tensor_parallel_ranks_match_one():
+    prompts = ["The quick brown fox", "Hello, world"]
+    one = Daemon(["--model", str(TINY), "--no-warmup", "--threads", "1"] + SHAPES, wait_state="Serving")
+    try:
+        want = [client(one).completions.create(model="hf-tiny", prompt=p, max_tokens=8,
+                                               temperature=0).choices[0].text for p in prompts]
+    finally:
+        one.stop()
+    port = free_port(2)
+    group = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    rank = ["--model", str(TINY), "--no-warmup", "--threads", "1"] + SHAPES + group
+    worker = Daemon(rank + ["--node-rank", "1", "--headless"])
+    try:
+        head = Daemon(rank + ["--node-rank", "0"], wait_state="Serving", timeout=180)
+        try:
+            got = [client(head).completions.create(model="hf-tiny", prompt=p, max_tokens=8,
+                                                   temperature=0).choices[0].text for p in prompts]
+        finally:
+            head.stop()
+    finally:
+        worker.stop()
+    assert got == want

@@ -213,7 +213,7 @@ TEST_CASE("HF checkpoint: config.json maps onto the Llama model") {
   CHECK(mc.n_heads == 4);
   CHECK(mc.n_kv_heads == 2);
   CHECK(mc.head_dim == 8);  // config.json's head_dim, not hidden_size / heads
-  CHECK(mc.ffn_dim == 48);
+  CHECK(mc.ffn_dim == 64);
   CHECK(mc.vocab == 49152);
   CHECK(mc.max_context == 256);
   CHECK(mc.norm_eps == doctest::Approx(1e-5));
