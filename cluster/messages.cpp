@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
@@ -84,17 +86,32 @@ std::vector<health::Signal> signals_from_json(const json::value& v) {
 }
 
 Fingerprint model_fingerprint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw std::runtime_error("cannot open model file " + path);
-  Fingerprint f;
-  f.model_bytes = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  std::vector<char> head(std::min<uint64_t>(f.model_bytes, 1u << 20));
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
   // Identity, not security: the ranks are trusted; a cheap hash catches a
   // different file, quantization or version at the same size.
   uint64_t h = 1469598103934665603ull;
-  for (char c : head) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  Fingerprint f;
+  auto take = [&](const std::string& file, bool whole_size) {
+    std::ifstream in(file, std::ios::binary | std::ios::ate);
+    if (!in) throw std::runtime_error("cannot open model file " + file);
+    const auto size = static_cast<uint64_t>(in.tellg());
+    if (whole_size) f.model_bytes += size;
+    in.seekg(0);
+    std::vector<char> head(std::min<uint64_t>(size, 1u << 20));
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    for (char c : head) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    // A Hugging Face checkpoint: its config and each weight file's start, in name order.
+    std::vector<std::string> weights;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+      if (e.path().extension() == ".safetensors") weights.push_back(e.path().string());
+    std::sort(weights.begin(), weights.end());
+    take(path + "/config.json", false);
+    for (const auto& w : weights) take(w, true);
+  } else {
+    take(path, true);
+  }
   f.model_hash = fmt::format("{:016x}", h);
   return f;
 }

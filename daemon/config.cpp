@@ -327,7 +327,7 @@ const std::vector<Key>& keys() {
       int_key("server", "max_connections", "max-connections", &C::server, &ServerConfig::max_connections, 1, 1000000,
               "open connections beyond which new ones are answered 503"),
       int_key("server", "drain_timeout_s", "", &C::server, &ServerConfig::drain_timeout_s, 0, 3600, ""),
-      string_key("model", "path", "model", &C::model, &ModelConfig::path, "model file (GGUF)", model_path),
+      string_key("model", "path", "model", &C::model, &ModelConfig::path, "model: a GGUF file, or a Hugging Face checkpoint directory (Llama, safetensors)", model_path),
       int_key("model", "max_model_len", "max-model-len", &C::model, &ModelConfig::max_model_len, 0, int64_t{1} << 24,
               "context length; 0 takes the model's"),
       string_key("engine", "device", "device", &C::engine, &EngineConfig::device,
@@ -690,6 +690,7 @@ std::string default_model_path() {
 std::string Config::model_name() const {
   if (!server.served_model_name.empty()) return server.served_model_name;
   std::string_view name = model.path;
+  while (name.size() > 1 && name.ends_with('/')) name.remove_suffix(1);  // a checkpoint directory
   if (auto slash = name.rfind('/'); slash != std::string_view::npos) name.remove_prefix(slash + 1);
   if (name.ends_with(".gguf")) name.remove_suffix(5);
   return std::string(name);

@@ -67,11 +67,23 @@ HttpServerOptions http_options(const ServerConfig& s) {
 
 }  // namespace
 
+uint64_t model_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    const auto size = fs::file_size(path, ec);
+    return ec ? 0 : size;
+  }
+  // A Hugging Face checkpoint: its weights are the bulk.
+  uint64_t total = 0;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (e.path().extension() == ".safetensors") total += e.file_size(ec);
+  return total;
+}
+
 double load_timeout_s(const Config& cfg) {
   if (cfg.engine.load_timeout_s > 0) return cfg.engine.load_timeout_s;
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(cfg.model.path, ec);
-  return std::max(kMinLoadTimeoutS, ec ? 0.0 : static_cast<double>(size) / kLoadBytesPerSecond);
+  return std::max(kMinLoadTimeoutS, static_cast<double>(model_bytes(cfg.model.path)) / kLoadBytesPerSecond);
 }
 
 Daemon::Daemon(Config config, CommandLine cmd)
@@ -106,9 +118,15 @@ void Daemon::check_model_file(Daemon& daemon) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(fmt::format("cannot open model file {}: {}", path, std::strerror(errno)));
   struct stat st {};
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const bool ok = ::fstat(fd, &st) == 0;
   ::close(fd);
-  if (!regular) throw std::runtime_error(fmt::format("model file {} is not a regular file", path));
+  if (ok && S_ISDIR(st.st_mode)) {
+    // A Hugging Face checkpoint; the engine reports what it lacks.
+    spdlog::info("model directory {} ({} bytes of safetensors)", path, model_bytes(path));
+    return;
+  }
+  if (!ok || !S_ISREG(st.st_mode))
+    throw std::runtime_error(fmt::format("model file {} is neither a regular file nor a directory", path));
   spdlog::info("model file {} ({} bytes)", path, st.st_size);
 }
 

@@ -32,6 +32,9 @@ class HttpServer;
 // The longest Loading may take, in seconds: [engine] load_timeout_s, or when it
 // is 0, max(60, the model file's size / 50 MB/s) (60 when the size is unknown).
 double load_timeout_s(const Config& cfg);
+// The bytes a load reads: the GGUF file's size, or a checkpoint directory's
+// *.safetensors together; 0 when unknown.
+uint64_t model_bytes(const std::string& path);
 
 class Daemon {
  public:

@@ -9,6 +9,7 @@
 #include "engine/chat_template.hpp"
 #include "engine/executor.hpp"
 #include "engine/gguf_reader.hpp"
+#include "engine/hf_checkpoint.hpp"
 #include "engine/grammar/matcher.hpp"
 #include "engine/grammar/token_mask.hpp"
 #include "engine/kv/kv_cache.hpp"
@@ -81,7 +82,7 @@ KvGeometry plan_kv_cache(const ModelConfig& mc, int max_model_len, const EngineO
 Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts), heartbeat_(heartbeat) {
   backend_ = opts_.backend ? opts_.backend() : kernels::make_cpu_backend(opts_.threads);
   backend_->set_cancel_flag(&abort_step_);  // a reset abandons the step at its next op or task
-  file_ = GgufFile::open(opts_.model_path);
+  file_ = open_model(opts_.model_path);
   // The stages after the weights repeat the weights' final counts under their own name.
   LoadProgress last;
   auto progress = [&](const LoadProgress& p) {

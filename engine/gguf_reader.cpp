@@ -220,6 +220,20 @@ std::unique_ptr<GgufFile> GgufFile::open_memory(std::span<const uint8_t> bytes, 
   return f;
 }
 
+std::unique_ptr<GgufFile> GgufFile::assemble(std::span<const uint8_t> metadata, std::string name,
+                                             std::vector<GgufTensorInfo> tensors,
+                                             std::vector<std::shared_ptr<const void>> keep) {
+  auto f = open_memory(metadata, std::move(name));
+  if (!f->tensors_.empty()) f->fail(0, "an assembled model's metadata image holds tensors of its own");
+  for (auto& t : tensors) {
+    if (f->tensor_index_.contains(t.name)) f->fail(t.info_offset, "duplicate tensor name " + single_quoted(t.name));
+    f->tensor_index_.emplace(t.name, f->tensors_.size());
+    f->tensors_.push_back(std::move(t));
+  }
+  f->keep_ = std::move(keep);
+  return f;
+}
+
 GgufFile::~GgufFile() {
   if (mapping_) ::munmap(mapping_, size_);
 }

@@ -54,6 +54,13 @@ class GgufFile {
   // the path in errors.
   static std::unique_ptr<GgufFile> open_memory(std::span<const uint8_t> bytes,
                                                std::string name = "<memory>");
+  // A model described by a metadata-only GGUF image whose tensors live elsewhere
+  // (another format's mapped files, see engine/hf_checkpoint.hpp): `tensors`
+  // point into memory that `keep` holds alive as long as the file. Tensor names
+  // must be unique; `name` stands in for the path in errors.
+  static std::unique_ptr<GgufFile> assemble(std::span<const uint8_t> metadata, std::string name,
+                                            std::vector<GgufTensorInfo> tensors,
+                                            std::vector<std::shared_ptr<const void>> keep);
 
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
@@ -124,6 +131,7 @@ class GgufFile {
   std::map<std::string, Value, std::less<>> values_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::vector<std::shared_ptr<const void>> keep_;  // where assembled tensors live
 };
 
 }  // namespace inferd::engine

@@ -7,6 +7,7 @@
 #include <array>
 #include <memory>
 #include <new>
+#include <algorithm>
 #include <utility>
 
 namespace inferd::engine {
@@ -92,6 +93,19 @@ PreTokenizer::PreTokenizer(std::string_view name) : name_(name) {
   std::string known;
   for (const Family& f : families()) known += (known.empty() ? "" : ", ") + std::string(f.name);
   throw std::invalid_argument("unsupported pre-tokenizer '" + std::string(name) + "' (known: " + known + ")");
+}
+
+std::string_view PreTokenizer::gpt2_pattern() { return kGpt2; }
+std::string_view PreTokenizer::digits_pattern() { return kDigits; }
+
+std::optional<std::string> PreTokenizer::family_of(std::span<const std::string> patterns) {
+  for (const Family& f : families()) {
+    if (f.name == "default") continue;  // "gpt2" names the same patterns
+    if (std::equal(f.patterns.begin(), f.patterns.end(), patterns.begin(), patterns.end(),
+                   [](const char* a, const std::string& b) { return std::string_view(a) == b; }))
+      return std::string(f.name);
+  }
+  return std::nullopt;
 }
 
 PreTokenizer::~PreTokenizer() = default;

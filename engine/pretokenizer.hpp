@@ -3,6 +3,8 @@
 // own patterns; they run in order, each over the pieces the previous one left.
 #pragma once
 #include <memory>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -25,6 +27,13 @@ class PreTokenizer {
   std::vector<std::string_view> split(std::string_view text) const;
 
   const std::string& name() const { return name_; }
+  // The regex of GPT-2's split (what a byte-level pre-tokenizer uses by itself)
+  // and the one that isolates digits.
+  static std::string_view gpt2_pattern();
+  static std::string_view digits_pattern();
+  // The family that runs exactly these regexes in this order (a Hugging Face
+  // tokenizer.json spells its pre-tokenizer this way); nullopt if none does.
+  static std::optional<std::string> family_of(std::span<const std::string> patterns);
   // Families whose BPE takes a whole piece that is itself in the vocabulary
   // without running the merges (Llama 3).
   bool ignore_merges() const { return ignore_merges_; }

@@ -4,6 +4,7 @@
 
 #include "engine/executor.hpp"
 #include "engine/gguf_reader.hpp"
+#include "engine/hf_checkpoint.hpp"
 #include "faults/fault_points.hpp"
 
 #include <chrono>
@@ -13,7 +14,7 @@ namespace inferd::engine {
 
 RankWorker::RankWorker(const EngineOptions& opts) {
   backend_ = opts.backend ? opts.backend() : kernels::make_cpu_backend(opts.threads);
-  file_ = GgufFile::open(opts.model_path);
+  file_ = open_model(opts.model_path);
   model_ = load_model(*file_, *backend_, Precision::Fast, opts.on_load_progress, opts.tp);
   const auto& mc = model_->config();
   max_model_len_ = resolve_max_model_len(mc, opts.max_model_len);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/gguf_reader.hpp"
+#include "engine/hf_checkpoint.hpp"
 #include "engine/executor.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
@@ -64,7 +65,7 @@ int cmd_bench_engine(const Args& args) {
   const std::string device = args.get("device", "cpu");
   if (std::string why = kernels::device_error(device); !why.empty()) throw std::invalid_argument("--device " + why);
   auto backend = kernels::make_backend(device, threads);
-  auto file = engine::GgufFile::open(model_path);
+  auto file = engine::open_model(model_path);  // a GGUF file or a checkpoint directory
   auto model = engine::load_model(*file, *backend);
   const auto& mc = model->config();
   const int max_prompt = *std::max_element(prompts.begin(), prompts.end());

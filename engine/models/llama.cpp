@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/gguf_reader.hpp"
+#include "engine/hf_checkpoint.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
 #include "engine/models/step_inputs.hpp"
@@ -122,13 +123,19 @@ class LlamaModel final : public Model {
     cfg_.n_kv_heads = static_cast<int>(f.get_int(a + ".attention.head_count_kv").value_or(cfg_.n_heads));
     cfg_.ffn_dim = need_int("feed_forward_length");
     cfg_.max_context = need_int("context_length");
-    if (cfg_.dim % cfg_.n_heads != 0 || cfg_.n_kv_heads <= 0 || cfg_.n_heads % cfg_.n_kv_heads != 0)
+    // key_length: a head width other than dim / heads (some Hugging Face configs' head_dim).
+    const auto key_length = f.get_int(a + ".attention.key_length");
+    if ((!key_length && cfg_.dim % cfg_.n_heads != 0) || cfg_.n_kv_heads <= 0 || cfg_.n_heads % cfg_.n_kv_heads != 0)
       throw LoadError(f.path(), 0, "inconsistent head counts");
-    cfg_.head_dim = cfg_.dim / cfg_.n_heads;
+    if (key_length && (*key_length <= 0 || *key_length > 1024))
+      throw LoadError(f.path(), 0, "invalid " + a + ".attention.key_length");
+    cfg_.head_dim = key_length ? static_cast<int>(*key_length) : cfg_.dim / cfg_.n_heads;
     cfg_.norm_eps = static_cast<float>(f.get_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
     cfg_.rope.n_rot = static_cast<int>(f.get_int(a + ".rope.dimension_count").value_or(cfg_.head_dim));
     cfg_.rope.freq_base = static_cast<float>(f.get_float(a + ".rope.freq_base").value_or(10000.0));
-    cfg_.rope.neox = false;  // GGUF llama stores Q/K permuted for adjacent-pair rotation
+    // GGUF llama stores Q/K permuted for adjacent-pair rotation; Hugging Face
+    // checkpoints keep them as trained, for rotation by halves.
+    cfg_.rope.neox = f.get_bool(kRopeNeoxKey).value_or(false);
     const std::string scaling = f.get_string(a + ".rope.scaling.type").value_or("none");
     if (scaling == "linear") {
       cfg_.rope.freq_scale = 1.0f / static_cast<float>(f.get_float(a + ".rope.scaling.factor").value_or(1.0));
@@ -265,6 +272,7 @@ class LlamaModel final : public Model {
   void load_weights(const GgufFile& f, WeightLoader& w) {
     f_ = &f;
     const int64_t D = cfg_.dim, hd = cfg_.head_dim, Dkv = int64_t(cfg_.n_kv_heads) * hd, F = cfg_.ffn_dim;
+    const int64_t Dq = int64_t(cfg_.n_heads) * hd;  // D unless the head width is set apart
     const auto& emb = f.tensor("token_embd.weight");
     if (emb.dims.size() != 2 || emb.dims[0] != D) throw LoadError(f.path(), emb.offset, "token_embd.weight: bad shape");
     cfg_.vocab = static_cast<int>(emb.dims[1]);
@@ -291,10 +299,10 @@ class LlamaModel final : public Model {
       const std::string p = "blk." + std::to_string(l) + ".";
       LlamaLayer L;
       L.attn_norm = f32(f, w, p + "attn_norm.weight", D);
-      L.wq = view(w, f.tensor(p + "attn_q.weight", {D, D}), whole ? Part{} : q_rows);
+      L.wq = view(w, f.tensor(p + "attn_q.weight", {D, Dq}), whole ? Part{} : q_rows);
       L.wk = view(w, f.tensor(p + "attn_k.weight", {D, Dkv}), whole ? Part{} : kv_rows);
       L.wv = view(w, f.tensor(p + "attn_v.weight", {D, Dkv}), whole ? Part{} : kv_rows);
-      L.wo = view(w, f.tensor(p + "attn_output.weight", {D, D}), whole ? Part{} : o_cols);
+      L.wo = view(w, f.tensor(p + "attn_output.weight", {Dq, D}), whole ? Part{} : o_cols);
       L.ffn_norm = f32(f, w, p + "ffn_norm.weight", D);
       L.w_gate = view(w, f.tensor(p + "ffn_gate.weight", {D, F}), whole ? Part{} : ffn_rows);
       L.w_up = view(w, f.tensor(p + "ffn_up.weight", {D, F}), whole ? Part{} : ffn_rows);

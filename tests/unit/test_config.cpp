@@ -477,6 +477,18 @@ target = "journald"
     CHECK(load_timeout_s(c) == 60.0);
     std::filesystem::resize_file(small.path, 10'000'000'000);  // sparse: 10 GB at 50 MB/s
     CHECK(load_timeout_s(c) == doctest::Approx(200.0));
+
+    // A checkpoint directory: its safetensors files together, nothing else.
+    const auto dir = std::filesystem::temp_directory_path() / ("inferd-ckpt-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    for (const char* name : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "other.bin"}) {
+      std::ofstream(dir / name).put('x');
+      std::filesystem::resize_file(dir / name, 6'000'000'000);
+    }
+    c.model.path = dir.string() + "/";
+    CHECK(load_timeout_s(c) == doctest::Approx(240.0));
+    CHECK(c.model_name() == dir.filename().string());
+    std::filesystem::remove_all(dir);
   }
 
   TEST_CASE("config: the step deadline's old watchdog_* keys and --watchdog-floor still work, with a warning") {
