@@ -312,7 +312,8 @@ Key speculative_config_key() {
 
 Key gpu_memory_utilization_key() {
   return {"engine", "gpu_memory_utilization", "gpu-memory-utilization", Kind::Float,
-          "fraction of GPU memory the engine may use",
+          "with --device cuda: share of the GPU's memory the process may use; the KV cache gets what the weights "
+          "and a step's buffers leave of it",
           [](Config& c, const Value& v) -> std::string {
             const double x = std::get<double>(v);
             if (!(x > 0.0 && x <= 1.0)) return fmt::format("must be greater than 0 and at most 1, got {}", x);
@@ -616,14 +617,19 @@ std::string read_file(const std::string& path) {
 // believing it has them.
 void refuse_unbuilt(const Config& cfg, const Origins& origins) {
   const Config d;
+  // Sizing the KV cache by device memory is done on a GPU only.
+  if (cfg.engine.device == "cpu" && cfg.engine.gpu_memory_utilization != d.engine.gpu_memory_utilization) {
+    auto it = origins.find("engine.gpu_memory_utilization");
+    throw ConfigError(fmt::format("{}: applies to --device cuda only: the CPU's KV cache is not sized by it; leave it "
+                                  "at its default",
+                                  it != origins.end() ? it->second : std::string("engine.gpu_memory_utilization")));
+  }
   auto refuse = [&](bool differs, std::string_view key, std::string_view what) {
     if (!differs) return;
     auto it = origins.find(key);
     const std::string where = it != origins.end() ? it->second : std::string(key);
     throw ConfigError(fmt::format("{}: {} is not implemented yet; leave it at its default", where, what));
   };
-  refuse(cfg.engine.gpu_memory_utilization != d.engine.gpu_memory_utilization, "engine.gpu_memory_utilization",
-         "sizing the KV cache by GPU memory");
   refuse(cfg.engine.tensor_parallel_size > 1 && cfg.engine.device != "cpu", "engine.device",
          "tensor parallelism on a GPU (NCCL ranks)");
 }
