@@ -96,3 +96,22 @@ def test_the_cpu_engine_without_gpu_devices_has_no_gpu_monitor(start_daemon):
     d = start_daemon(ARGS)
     monitors = {m["monitor"] for m in d.admin_get("/admin/supervisor").json()["monitors"]}
     assert "gpu" not in monitors and "meminfo" in monitors
+
+
+def test_a_gpu_that_stays_lost_recovers_once_then_fails_the_process(start_daemon, tmp_path):
+    """A recovery cannot bring a GPU back: the signal stays critical after it, and
+    the next decision, past the recovery budget, fails the process (exit 1) so
+    that systemd restarts it."""
+    lose = tmp_path / "lose"
+    (tmp_path / "nvml.txt").write_text(f"until={lose}\nlost=1\n")
+    cfg = tmp_path / "inferd.toml"
+    cfg.write_text('[health]\ngpu_devices = "0"\ngpu_interval_ms = 100\n')
+    d = start_daemon(ARGS + ["--config", str(cfg), "--max-recoveries", "1"],
+                     env={"INFERD_NVML_LIBRARY": str(FAKE_NVML),
+                          "INFERD_FAKE_NVML_SCRIPT": str(tmp_path / "nvml.txt")})
+    wait_until(lambda: metric(d, "inferd_gpu_up", {"gpu": "0"}) == 1, "the first reading", d)
+    lose.touch()
+    assert d.wait(timeout=240) == 1
+    log = d.output()
+    assert "action=recover level=critical monitors=gpu] supervisor: recover: gpu: gpu0: lost (GPU is lost" in log
+    assert "action=fail level=critical monitors=gpu]" in log and "(and 1 recoveries already in the last" in log
