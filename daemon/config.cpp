@@ -231,6 +231,31 @@ Key cuda_graph_sizes_key() {
           }};
 }
 
+// "0,1": the CUDA devices the gpu monitor watches; "" for the engine's own.
+Key gpu_devices_key() {
+  return {"health", "gpu_devices", "", Kind::String, "",
+          [](Config& c, const Value& v) -> std::string {
+            const auto& s = std::get<std::string>(v);
+            std::vector<int> gpus;
+            for (size_t at = 0; s.find_first_not_of(' ') != std::string::npos && at <= s.size();) {
+              const size_t end = std::min(s.find(',', at), s.size());
+              const char *first = s.data() + at, *last = s.data() + end;
+              while (first < last && *first == ' ') ++first;
+              while (last > first && last[-1] == ' ') --last;
+              int n = 0;
+              auto [p, ec] = std::from_chars(first, last, n);
+              if (ec != std::errc() || p != last || n < 0 || n > 1023)
+                return fmt::format("must be CUDA device indices separated by commas, like \"0,1\" "
+                                   "(\"\" for the engine's own), got '{}'",
+                                   s);
+              if (std::find(gpus.begin(), gpus.end(), n) == gpus.end()) gpus.push_back(n);
+              at = end + 1;
+            }
+            c.health.gpu_devices = std::move(gpus);
+            return {};
+          }};
+}
+
 // vLLM's --speculative-config: a JSON object, e.g.
 // {"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":2};
 // "" for none. As in vLLM, an unset lookup bound takes the other's value, and 5 when both are unset.
@@ -287,7 +312,8 @@ Key speculative_config_key() {
 
 Key gpu_memory_utilization_key() {
   return {"engine", "gpu_memory_utilization", "gpu-memory-utilization", Kind::Float,
-          "fraction of GPU memory the engine may use",
+          "with --device cuda: share of the GPU's memory the process may use; the KV cache gets what the weights "
+          "and a step's buffers leave of it",
           [](Config& c, const Value& v) -> std::string {
             const double x = std::get<double>(v);
             if (!(x > 0.0 && x <= 1.0)) return fmt::format("must be greater than 0 and at most 1, got {}", x);
@@ -391,6 +417,8 @@ const std::vector<Key>& keys() {
       int_key("health", "log_interval_ms", "", &C::health, &HealthConfig::log_interval_ms, 0, 60000, ""),
       int_key("health", "step_deadline_interval_ms", "", &C::health, &HealthConfig::step_deadline_interval_ms, 0, 60000,
               ""),
+      int_key("health", "gpu_interval_ms", "", &C::health, &HealthConfig::gpu_interval_ms, 0, 60000, ""),
+      gpu_devices_key(),
       string_key("health", "procfs_root", "procfs-root", &C::health, &HealthConfig::procfs_root,
                  "where /proc is read from", not_empty),
       bool_key("health", "capture_stderr", "", &C::health, &HealthConfig::capture_stderr, ""),
@@ -589,14 +617,19 @@ std::string read_file(const std::string& path) {
 // believing it has them.
 void refuse_unbuilt(const Config& cfg, const Origins& origins) {
   const Config d;
+  // Sizing the KV cache by device memory is done on a GPU only.
+  if (cfg.engine.device == "cpu" && cfg.engine.gpu_memory_utilization != d.engine.gpu_memory_utilization) {
+    auto it = origins.find("engine.gpu_memory_utilization");
+    throw ConfigError(fmt::format("{}: applies to --device cuda only: the CPU's KV cache is not sized by it; leave it "
+                                  "at its default",
+                                  it != origins.end() ? it->second : std::string("engine.gpu_memory_utilization")));
+  }
   auto refuse = [&](bool differs, std::string_view key, std::string_view what) {
     if (!differs) return;
     auto it = origins.find(key);
     const std::string where = it != origins.end() ? it->second : std::string(key);
     throw ConfigError(fmt::format("{}: {} is not implemented yet; leave it at its default", where, what));
   };
-  refuse(cfg.engine.gpu_memory_utilization != d.engine.gpu_memory_utilization, "engine.gpu_memory_utilization",
-         "sizing the KV cache by GPU memory");
   refuse(cfg.engine.tensor_parallel_size > 1 && cfg.engine.device != "cpu", "engine.device",
          "tensor parallelism on a GPU (NCCL ranks)");
 }

@@ -110,6 +110,10 @@ struct HealthConfig {
   int process_interval_ms = 1000;        // counting open fds walks /proc/self/fd
   int log_interval_ms = 0;
   int step_deadline_interval_ms = 0;
+  int gpu_interval_ms = 1000;            // NVML queries, per watched GPU
+  // The GPUs the gpu monitor watches, as CUDA device indices; empty: the
+  // engine's own with --device cuda[:N], none on the CPU.
+  std::vector<int> gpu_devices;
   std::string procfs_root = "/proc";     // tests point it at recorded files
   bool capture_stderr = true;            // scan our own (and children's) stderr
   std::string log_patterns;              // extra patterns, one per line: "category level regex"

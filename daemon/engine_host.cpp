@@ -70,6 +70,8 @@ engine::EngineOptions engine_options(const Config& cfg) {
   o.max_waiting = static_cast<size_t>(cfg.engine.max_waiting);
   o.block_size = cfg.engine.block_size;
   o.enable_prefix_caching = cfg.engine.enable_prefix_caching;
+  // On a GPU the KV cache is sized by the device's memory; the CPU keeps kv_cache_bytes.
+  if (cfg.engine.device != "cpu") o.gpu_memory_utilization = cfg.engine.gpu_memory_utilization;
   o.graph_sizes = cfg.engine.enforce_eager ? std::vector<int>{} : cfg.engine.cuda_graph_sizes;
   if (const auto& sc = cfg.engine.speculative; sc.num_speculative_tokens > 0)
     o.speculative = engine::NgramOptions{sc.num_speculative_tokens, sc.prompt_lookup_min, sc.prompt_lookup_max};

@@ -1,5 +1,8 @@
 #include "daemon/monitor_settings.hpp"
 
+#include <charconv>
+#include <cstdlib>
+
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
@@ -45,8 +48,8 @@ health::PsiOptions psi_options(const HealthConfig& h) {
 MonitorIntervals intervals(const HealthConfig& h) {
   auto every = [&](int ms) { return milliseconds(ms > 0 ? ms : h.interval_ms); };
   MonitorIntervals e{every(h.psi_interval_ms), every(h.meminfo_interval_ms), every(h.process_interval_ms),
-                     every(h.log_interval_ms), every(h.step_deadline_interval_ms), {}};
-  e.tick = std::min({milliseconds(h.interval_ms), e.psi, e.meminfo, e.process, e.log, e.step_deadline});
+                     every(h.log_interval_ms), every(h.step_deadline_interval_ms), every(h.gpu_interval_ms), {}};
+  e.tick = std::min({milliseconds(h.interval_ms), e.psi, e.meminfo, e.process, e.log, e.step_deadline, e.gpu});
   return e;
 }
 
@@ -85,6 +88,26 @@ MonitorSettings monitor_settings(const HealthConfig& h) {
                      .max_recoveries = h.max_recoveries,
                      .recovery_window = seconds(h.recovery_window_s)},
           .every = intervals(h)};
+}
+
+std::optional<int> cuda_device_index(std::string_view device) {
+  if (device == "cuda") return 0;
+  if (device.substr(0, 5) != "cuda:") return std::nullopt;
+  int n = -1;
+  const auto* last = device.data() + device.size();
+  auto [p, ec] = std::from_chars(device.data() + 5, last, n);
+  return ec == std::errc() && p == last && n >= 0 ? std::optional<int>(n) : std::nullopt;
+}
+
+health::GpuMonitorOptions gpu_monitor_options(const Config& cfg) {
+  health::GpuMonitorOptions o;
+  o.library = health::nvml_library_path();
+  o.cuda_visible_devices = std::getenv("CUDA_VISIBLE_DEVICES");
+  const auto engine_gpu = cuda_device_index(cfg.engine.device);
+  o.engine_on_cuda = engine_gpu.has_value();
+  if (!cfg.health.gpu_devices.empty()) o.gpus = cfg.health.gpu_devices;
+  else if (engine_gpu) o.gpus = {*engine_gpu};
+  return o;
 }
 
 }  // namespace inferd::daemon

@@ -2,11 +2,14 @@
 // one translation, so the sampling code sees settings, not configuration keys.
 #pragma once
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/config.hpp"
 #include "health/generation_probe.hpp"
+#include "health/gpu_monitor.hpp"
 #include "health/log_scanner.hpp"
 #include "health/meminfo_monitor.hpp"
 #include "health/policy.hpp"
@@ -18,7 +21,7 @@ namespace inferd::daemon {
 
 // How often each monitor is sampled; the supervisor ticks at the shortest.
 struct MonitorIntervals {
-  std::chrono::milliseconds psi, meminfo, process, log, step_deadline;
+  std::chrono::milliseconds psi, meminfo, process, log, step_deadline, gpu;
   std::chrono::milliseconds tick;
 };
 
@@ -40,5 +43,11 @@ MonitorSettings monitor_settings(const HealthConfig& h);
 // skipped), each regex compiled once to check it. Throws std::invalid_argument
 // naming the line (counted from 1 within the value) and what is wrong with it.
 std::vector<health::LogPattern> parse_log_patterns(const std::string& text);
+
+// The CUDA index of "cuda" (0) or "cuda:N"; nullopt for any other device.
+std::optional<int> cuda_device_index(std::string_view device);
+// The gpu monitor's GPUs: [health] gpu_devices, else the engine's own CUDA
+// device, else none; the library from $INFERD_NVML_LIBRARY.
+health::GpuMonitorOptions gpu_monitor_options(const Config& cfg);
 
 }  // namespace inferd::daemon

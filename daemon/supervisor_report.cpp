@@ -38,6 +38,34 @@ void export_pressure(Metrics& m, const std::string& resource, const health::PsiR
   if (r.full) set("full", *r.full);
 }
 
+// Per GPU the gpu monitor watches, labelled with its CUDA index.
+void export_gpus(Metrics& m, const health::GpuObservation& o) {
+  for (const auto& g : o.gpus) {
+    const Labels gpu{{"gpu", std::to_string(g.gpu)}};
+    m.gauge("inferd_gpu_up", "1 when NVML answered for the GPU at the last sample, 0 when not", gpu)
+        .set(g.readable ? 1 : 0);
+    if (!g.readable) continue;
+    m.gauge("inferd_gpu_memory_used_bytes", "GPU memory in use (all processes), as NVML reads it", gpu)
+        .set(double(g.memory_used));
+    m.gauge("inferd_gpu_memory_total_bytes", "GPU memory in all, as NVML reads it", gpu).set(double(g.memory_total));
+    if (g.temperature_c)
+      m.gauge("inferd_gpu_temperature_celsius", "GPU core temperature", gpu).set(double(*g.temperature_c));
+    auto ecc = [&](const char* type, const std::optional<uint64_t>& v) {
+      if (v)
+        m.gauge("inferd_gpu_ecc_errors", "Volatile ECC error count (since the driver loaded), as NVML reads it",
+                {{"gpu", std::to_string(g.gpu)}, {"type", type}})
+            .set(double(*v));
+    };
+    ecc("corrected", g.ecc_corrected);
+    ecc("uncorrected", g.ecc_uncorrected);
+    if (g.clock_reasons)
+      for (const auto& [bit, name] : health::clock_reason_names())
+        m.gauge("inferd_gpu_clock_event_reason", "1 while NVML names this reason for the GPU's clocks, 0 when not",
+                {{"gpu", std::to_string(g.gpu)}, {"reason", std::string(name)}})
+            .set(*g.clock_reasons & bit ? 1 : 0);
+  }
+}
+
 }  // namespace
 
 MonitorReport::MonitorReport(Metrics& m, const HealthSampler& sampler) : metrics_(m) {
@@ -54,6 +82,13 @@ MonitorReport::MonitorReport(Metrics& m, const HealthSampler& sampler) : metrics
                       out.push_back({{{"category", c.category}, {"baseline", "before"}}, double(c.before_baseline)});
                       out.push_back({{{"category", c.category}, {"baseline", "after"}}, double(c.after_baseline)});
                     }
+                    return out;
+                  });
+  m.add_collector("inferd_gpu_xid_events_total", "Xid critical error events NVML reported, by GPU and Xid",
+                  MetricType::Counter, [&sampler] {
+                    std::vector<Metrics::Sample> out;
+                    for (const auto& [key, n] : sampler.gpu_xid_counts())
+                      out.push_back({{{"gpu", std::to_string(key.first)}, {"xid", std::to_string(key.second)}}, double(n)});
                     return out;
                   });
 }
@@ -95,6 +130,7 @@ void MonitorReport::record(const MonitorSample& s) {
     m.gauge("inferd_fabric_port_errors_since_baseline", "RDMA port error counter's increase since the warm-up baseline",
             {{"device", d.device}, {"port", std::to_string(d.port)}, {"counter", d.counter}})
         .set(double(d.since_baseline));
+  export_gpus(m, s.gpu);
   export_pressure(m, "memory", s.psi.memory);
   export_pressure(m, "cpu", s.psi.cpu);
   export_pressure(m, "io", s.psi.io);

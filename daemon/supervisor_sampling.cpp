@@ -40,6 +40,7 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost* engines, std::function<
       fabric_(daemon.config().fabric.sysfs_root,
               {static_cast<uint64_t>(daemon.config().fabric.link_downed_warn),
                static_cast<uint64_t>(daemon.config().fabric.errors_warn)}),
+      gpu_(gpu_monitor_options(daemon.config())),
       policy_(s.policy) {
   const HealthConfig& h = daemon.config().health;
   psi_obs_.every = every_.psi;
@@ -48,6 +49,7 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost* engines, std::function<
   log_obs_.every = every_.log;
   step_obs_.every = every_.step_deadline;
   fabric_obs_.every = kFabricEvery;
+  gpu_obs_.every = every_.gpu;
   if (h.min_available_bytes > 0) {
     const auto m = meminfo_.sample();
     if (m.available && m.mem_available < static_cast<uint64_t>(h.min_available_bytes))
@@ -106,6 +108,7 @@ void HealthSampler::take_baselines() {
 
 void HealthSampler::rebaseline() {
   scanner_.mark_baseline();
+  gpu_.rebaseline();  // the engine was reset: Xids and ECC errors count from here
   resample_all_ = true;
 }
 
@@ -210,6 +213,8 @@ MonitorSample HealthSampler::sample(bool pressure_now) {
     return o;
   });
   if (!out.fabric.ports.empty()) out.signals.push_back(out.fabric.signal);
+  out.gpu = gpu_obs_.get(now, all, [&] { return gpu_.sample(); });
+  if (out.gpu.give_signal) out.signals.push_back(out.gpu.signal);
   if (engines_)
     for (auto& s : engines_->group_signals()) out.signals.push_back(std::move(s));
   if (probe_failed_.exchange(false)) out.signals.push_back(probe_.signal());
@@ -234,7 +239,8 @@ std::vector<MonitorSampleCount> HealthSampler::sample_counts() const {
           {"process", n(proc_obs_)},
           {"log", n(log_obs_)},
           {"step_deadline", n(step_obs_)},
-          {"fabric", n(fabric_obs_)}};
+          {"fabric", n(fabric_obs_)},
+          {"gpu", n(gpu_obs_)}};
 }
 
 }  // namespace inferd::daemon

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,7 @@ struct MonitorSample {
   health::MeminfoObservation mem;
   health::ProcessObservation proc;
   fabric::PortObservation fabric;
+  health::GpuObservation gpu;
 };
 
 struct MonitorSampleCount {
@@ -80,6 +82,7 @@ class HealthSampler {
 
   std::vector<MonitorSampleCount> sample_counts() const;
   std::vector<health::LogCount> log_counts() const { return scanner_.counts(); }
+  std::map<std::pair<int, uint64_t>, uint64_t> gpu_xid_counts() const { return gpu_.xid_counts(); }
 
  private:
   // A monitor's own cadence: sampled when due (or when forced), its last
@@ -119,6 +122,7 @@ class HealthSampler {
   health::StepDeadlineMonitor step_deadline_;
   health::GenerationProbe probe_;
   fabric::PortMonitor fabric_;
+  health::GpuMonitor gpu_;
   std::mutex policy_mu_;  // the status report reads the budget from HTTP threads
   health::Policy policy_;
 
@@ -128,6 +132,7 @@ class HealthSampler {
   Cadenced<health::LogObservation> log_obs_;
   Cadenced<health::StepObservation> step_obs_;
   Cadenced<fabric::PortObservation> fabric_obs_;
+  Cadenced<health::GpuObservation> gpu_obs_;
   uint64_t steps_seen_ = 0;
 
   std::atomic<bool> resample_all_{false};

@@ -12,6 +12,7 @@
 #include "engine/hf_checkpoint.hpp"
 #include "engine/grammar/matcher.hpp"
 #include "engine/grammar/token_mask.hpp"
+#include "engine/kv/gpu_kv_budget.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/kv/kv_cache_manager.hpp"
 #include "engine/output/output_stream.hpp"
@@ -125,7 +126,7 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
     spdlog::info("engine: the model outputs {} ids, the tokenizer has {} tokens; the {} padding ids are never sampled",
                  mc.vocab, n_tokens_, mc.vocab - n_tokens_);
   max_model_len_ = resolve_max_model_len(mc, opts_.max_model_len);
-  const KvGeometry g = plan_kv_cache(mc, max_model_len_, opts_);
+  const KvGeometry g = plan_kv_cache(mc, max_model_len_, kv_sized_by_device(mc, last.bytes_total));
   stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g, *backend_);
   kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching);
@@ -155,6 +156,38 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
 }
 
 Engine::~Engine() { stop(); }
+
+// The options with num_kv_blocks from the device's memory, now that the weights
+// are on it, when gpu_memory_utilization asks for that and the backend reports
+// its memory; the options as they are otherwise.
+EngineOptions Engine::kv_sized_by_device(const ModelConfig& mc, size_t weights_bytes) {
+  EngineOptions o = opts_;
+  if (opts_.gpu_memory_utilization <= 0 || opts_.num_kv_blocks > 0) return o;
+  const auto mem = backend_->memory_info();
+  if (!mem) return o;
+  KvGeometry one;
+  one.n_layers = mc.n_layers;
+  one.n_kv_heads = mc.kv_heads_here;
+  one.head_dim = mc.head_dim;
+  one.block_size = opts_.block_size;
+  const int spec = opts_.speculative ? opts_.speculative->num_speculative_tokens : 0;
+  GpuKvBudget b;
+  b.total = mem->total;
+  b.free_after_weights = mem->free;
+  b.fraction = opts_.gpu_memory_utilization;
+  b.bytes_per_block = one.bytes_per_block_layer() * 2 * size_t(one.n_layers);
+  b.scratch = step_scratch_bound(mc, opts_.max_num_batched_tokens, int64_t(opts_.max_num_seqs) * (1 + spec));
+  b.min_blocks = (max_model_len_ + opts_.block_size - 1) / opts_.block_size + 1;
+  b.max_model_len = max_model_len_;
+  b.weights = weights_bytes;
+  const GpuKvPlan p = plan_gpu_kv_blocks(b);
+  spdlog::info("engine: --gpu-memory-utilization {}: {:.0f} of {:.0f} MiB allowed, {:.0f} MiB in use after the weights, "
+               "{:.0f} MiB kept for a step's buffers: the KV cache gets {} blocks ({:.0f} MiB)",
+               b.fraction, p.limit / 1048576.0, b.total / 1048576.0, p.in_use / 1048576.0, b.scratch / 1048576.0,
+               p.blocks, p.kv_bytes / 1048576.0);
+  o.num_kv_blocks = p.blocks;
+  return o;
+}
 
 ShapeAxes Engine::shape_axes() const {
   return engine::shape_axes(opts_.max_num_batched_tokens, opts_.max_num_seqs, max_model_len_, graph_sizes_);

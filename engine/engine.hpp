@@ -53,6 +53,10 @@ struct EngineOptions {
   int block_size = 16;
   int num_kv_blocks = 0;            // 0: derived from kv_cache_bytes
   size_t kv_cache_bytes = size_t(1) << 30;  // 0: the least that holds one sequence of max_model_len
+  // > 0, on a backend that reports its memory (a GPU): the cache instead gets
+  // what this share of the device's memory leaves once the weights are
+  // uploaded (engine/kv/gpu_kv_budget.hpp); num_kv_blocks still wins.
+  double gpu_memory_utilization = 0;
   bool enable_prefix_caching = true;
   size_t max_waiting = 256;         // queued requests beyond this are refused
   // Makes the backend the model runs on; empty: the CPU backend with `threads`.
@@ -244,6 +248,7 @@ class Engine {
   void end(Live& r, FinishReason why, std::string error = {}, Delta last = {});
   void deliver(Live& r, Delta&& d);
   void publish_stats();
+  EngineOptions kv_sized_by_device(const ModelConfig& mc, size_t weights_bytes);
 
   EngineOptions opts_;
   StepHeartbeat* heartbeat_;

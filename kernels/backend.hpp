@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -60,6 +61,12 @@ struct RopeParams {
 
 class Backend;
 
+// A device's memory as its driver counts it, every process's use included.
+struct MemoryInfo {
+  size_t free = 0;
+  size_t total = 0;
+};
+
 // Memory a backend owns (device memory on a GPU, aligned host memory on the CPU),
 // freed through that backend when the Buffer goes. Move-only.
 class Buffer {
@@ -109,6 +116,9 @@ class Backend {
   // once the bytes are in `dst`.
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // The device's memory now, for sizing the KV cache by it; nullopt where the
+  // backend's memory is the host's.
+  virtual std::optional<MemoryInfo> memory_info() { return std::nullopt; }
 
   // out[t][:] = dequantized row ids[t] of table (embedding lookup).
   // Whether its get_rows and matmul take weights of this type (checked at load,

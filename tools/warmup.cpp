@@ -45,6 +45,7 @@ int show_plan(const Args& args) {
   engine::EngineOptions opts = daemon::engine_options(cfg);
   opts.threads = 1;
   opts.kv_cache_bytes = 0;  // the smallest cache that holds one sequence: nothing runs
+  opts.gpu_memory_utilization = 0;  // the same on a GPU
   engine::Engine eng(opts);
   const auto axes = eng.shape_axes();
   const warmup::PlanLimits limits{eng.max_model_len(), opts.max_num_seqs, opts.max_num_batched_tokens};

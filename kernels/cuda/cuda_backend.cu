@@ -99,6 +99,13 @@ class CudaBackend final : public Backend {
 
   bool host_visible() const override { return false; }
 
+  std::optional<MemoryInfo> memory_info() override {
+    select();
+    MemoryInfo m;
+    check(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo");
+    return m;
+  }
+
   Buffer alloc(size_t bytes, bool zeroed) override {
     select();
     const size_t rounded = (bytes + 255) / 256 * 256;

@@ -310,9 +310,12 @@ target = "journald"
   }
 
   TEST_CASE("config: keys whose feature is not built yet are refused unless left at their default") {
+    // gpu_memory_utilization is built, for a GPU: on the CPU any other value is refused.
     CHECK(config_error("[engine]\ngpu_memory_utilization = 0.5\n") ==
-          "x.toml:2: [engine] gpu_memory_utilization: sizing the KV cache by GPU memory is not implemented yet; leave it "
-          "at its default");
+          "x.toml:2: [engine] gpu_memory_utilization: applies to --device cuda only: the CPU's KV cache is not sized by "
+          "it; leave it at its default");
+    CHECK(flag_error({"--gpu-memory-utilization", "0.8"}).find("--gpu-memory-utilization: applies to --device cuda only") ==
+          0);
     // Their defaults, written out, are fine.
     CHECK(load_config(cmdline({"--tensor-parallel-size", "1", "--nnodes", "1", "--node-rank", "0", "--no-headless",
                                "--gpu-memory-utilization", "0.9", "--master-port", "29500"})) == Config{});
@@ -394,6 +397,12 @@ target = "journald"
     CHECK(Config{}.engine.cuda_graph_sizes == std::vector<int>{1, 2, 4, 8});
     CHECK(!Config{}.engine.enforce_eager);
     CHECK(engine_options(Config{}).graph_sizes == std::vector<int>{1, 2, 4, 8});
+    // The KV cache is sized by device memory on a GPU only.
+    CHECK(engine_options(Config{}).gpu_memory_utilization == 0);
+    Config gpu;
+    gpu.engine.device = "cuda:1";
+    gpu.engine.gpu_memory_utilization = 0.5;
+    CHECK(engine_options(gpu).gpu_memory_utilization == 0.5);
     CHECK(parse_config_toml("[engine]\ncuda_graph_sizes = \"16, 1,4,4\"\n", "x.toml").engine.cuda_graph_sizes ==
           std::vector<int>{1, 4, 16});
     CHECK(parse_config_toml("[engine]\ncuda_graph_sizes = \"\"\n", "x.toml").engine.cuda_graph_sizes.empty());

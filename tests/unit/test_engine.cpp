@@ -20,6 +20,8 @@
 
 #include "engine/engine.hpp"
 #include "engine/executor.hpp"
+#include "engine/kv/gpu_kv_budget.hpp"
+#include "engine/kv/kv_cache.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/host_memory.hpp"
 #include "tests/engine_generate.hpp"
@@ -45,8 +47,19 @@ class DeviceLikeBackend final : public kernels::Backend {
     std::lock_guard lk(mu_);
     ranges_[static_cast<const char*>(p)] = bytes;
     allocated_ += bytes;
+    in_use_ += bytes;
     return kernels::Buffer(this, p, bytes);
   }
+  // With memory_total set, a device of that many bytes: free is what this
+  // backend has not handed out. `in_use_at_query` keeps what was in use when asked.
+  std::optional<kernels::MemoryInfo> memory_info() override {
+    if (!memory_total) return std::nullopt;
+    std::lock_guard lk(mu_);
+    in_use_at_query = in_use_;
+    return kernels::MemoryInfo{*memory_total - std::min(in_use_, *memory_total), *memory_total};
+  }
+  std::optional<size_t> memory_total;
+  size_t in_use_at_query = 0;
   void upload(void* dst, const void* src, size_t n) override {
     check(dst, n, "upload");
     std::memcpy(dst, src, n);
@@ -112,7 +125,10 @@ class DeviceLikeBackend final : public kernels::Backend {
   void free(void* p) override {
     {
       std::lock_guard lk(mu_);
-      ranges_.erase(static_cast<const char*>(p));
+      if (auto it = ranges_.find(static_cast<const char*>(p)); it != ranges_.end()) {
+        in_use_ -= it->second;
+        ranges_.erase(it);
+      }
     }
     kernels::host_free(p);
   }
@@ -137,7 +153,7 @@ class DeviceLikeBackend final : public kernels::Backend {
   std::optional<kernels::DType> refused_;
   mutable std::mutex mu_;
   std::map<const char*, size_t> ranges_;
-  size_t allocated_ = 0, uploaded_ = 0;
+  size_t allocated_ = 0, uploaded_ = 0, in_use_ = 0;
 };
 
 engine::EngineOptions small_options() {
@@ -186,6 +202,49 @@ TEST_CASE("engine on a device-like backend: same tokens as the CPU backend, ever
     CHECK(got[p].ids == want[p].ids);
     CHECK(got[p].ids.size() == 12);
   }
+}
+
+TEST_CASE("engine: gpu_memory_utilization sizes the KV cache by the device's memory once the weights are on it") {
+  DeviceLikeBackend* dev = nullptr;
+  auto o = small_options();
+  o.gpu_memory_utilization = 0.5;
+  const size_t total = size_t(1) << 30;  // a 1 GiB device: 512 MiB allowed
+  o.backend = [&] {
+    auto b = std::make_unique<DeviceLikeBackend>();
+    b->memory_total = total;
+    dev = b.get();
+    return b;
+  };
+  {
+    engine::Engine eng(o);
+    REQUIRE(dev != nullptr);
+    const auto& mc = eng.model_config();
+    engine::KvGeometry g;
+    g.n_layers = mc.n_layers;
+    g.n_kv_heads = mc.kv_heads_here;
+    g.head_dim = mc.head_dim;
+    g.block_size = o.block_size;
+    const size_t per_block = g.bytes_per_block_layer() * 2 * size_t(mc.n_layers);
+    const size_t scratch = engine::step_scratch_bound(mc, o.max_num_batched_tokens, o.max_num_seqs);
+    const size_t weights = dev->in_use_at_query, kv = size_t(eng.stats().kv_blocks_total) * per_block;
+    CHECK(weights > 90u << 20);  // asked once the weights were uploaded
+    // As many blocks as fit in half the device beside the weights and a step's buffers: not the 16 MiB asked.
+    CHECK(weights + scratch + kv <= total / 2);
+    CHECK(weights + scratch + kv + per_block > total / 2);
+    CHECK(kv > 16u << 20);
+    // It serves.
+    const auto got = test_engine::generate_greedy(eng, {{1, 504, 3303}}, 4);
+    CHECK(got[0].ids.size() == 4);
+  }
+  // Weights past the share: refused, naming the sizes and the flag.
+  o.gpu_memory_utilization = 0.05;
+  CHECK_THROWS_WITH_AS(engine::Engine{o},
+                       doctest::Contains("--gpu-memory-utilization 0.05 allows 0.05 GiB of the device's 1.00 GiB"),
+                       std::invalid_argument);
+  // A backend that does not report its memory (the CPU) keeps kv_cache_bytes.
+  o.backend = {};
+  engine::Engine cpu(o);
+  CHECK(cpu.stats().kv_blocks_total < 64);
 }
 
 TEST_CASE("engine: a weight type the backend does not take is refused at load, naming the tensor and file") {
