@@ -145,6 +145,16 @@ class Backend {
   // In place on x: [n_tokens][n_heads][head_dim], position pos[t] for token t.
   virtual void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim,
                     const RopeParams& p) = 0;
+  // The attention inputs of a step: rope of q ([n_tokens][n_heads][kv.head_dim])
+  // and of k ([n_tokens][kv.n_kv_heads][kv.head_dim]) in place, positions pos[t],
+  // then k and v stored into the cache slots of the tokens' positions, which a
+  // backend may do in one pass. Registers the launch keys of both ropes and kv_store.
+  virtual void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n_tokens, int n_heads,
+                             const RopeParams& p, const KvLayerView& kv, const AttnToken* toks) {
+    rope(q, pos, n_tokens, n_heads, kv.head_dim, p);
+    rope(k, pos, n_tokens, kv.n_kv_heads, kv.head_dim, p);
+    kv_store(kv, toks, n_tokens, k, v);
+  }
   // out = silu(gate) * up, elementwise over n.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   // y += x, elementwise over n.

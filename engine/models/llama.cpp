@@ -72,9 +72,7 @@ class LlamaModel final : public Model {
       // h: this layer's normed input (the previous layer normed it with its residual add).
       const kernels::MatmulOut qkv[] = {{L.wq, q}, {L.wk, k}, {L.wv, v}};
       be_.matmul_shared(qkv, h, T);
-      be_.rope(q, in.positions, T, H, hd, cfg_.rope);
-      be_.rope(k, in.positions, T, Hkv, hd, cfg_.rope);
-      be_.kv_store(kvl, in.attn, T, k, v);
+      be_.rope_kv_store(q, k, v, in.positions, T, H, cfg_.rope, kvl, in.attn);
       be_.attention(kvl, in.attn, T, reach, q, H, scale, att);
       be_.matmul(L.wo, att, T, h);
       all_reduce(h, T * D);

@@ -19,6 +19,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/launch.cuh"
 
 namespace inferd::kernels::cuda {
 namespace {
@@ -67,6 +68,7 @@ template <class T>
 __global__ __launch_bounds__(kChunk) void attention_kernel(KvLayerView kv, const AttnToken* toks, const float* q,
                                                            int n_heads, float scale, int target, float* out,
                                                            float* part_acc, float2* part_ml) {
+  grid_dependency();
   extern __shared__ float smem[];
   const int hd = kv.head_dim, n_kv = kv.n_kv_heads, group = n_heads / n_kv, bs = kv.block_size;
   float* qs = smem;
@@ -178,6 +180,7 @@ template <class T, int HD, int G>
 __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const AttnToken* toks, const float* q,
                                                          int n_heads, float scale, int target, float* out,
                                                          float* part_acc, float2* part_ml) {
+  grid_dependency();
   constexpr int L = HD / 8, R = kChunk / L;
   __shared__ float sc[G][kChunk];
   __shared__ int64_t rowoff[kChunk];
@@ -324,6 +327,7 @@ __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const A
 constexpr int kMaxSplits = 1024;
 
 __global__ void attention_combine(const float* part_acc, const float2* part_ml, int splits, int hd, float* out) {
+  grid_dependency();
   __shared__ float weight[kMaxSplits];
   __shared__ float reduce[32];
   const int64_t th = blockIdx.x;
@@ -372,7 +376,7 @@ bool launch_fast_hd(const KvLayerView& kv, const AttnToken* toks, const float* q
                  : group <= 8 ? attention_fast<T, HD, 8>
                               : nullptr;
   if (!kernel) return false;
-  kernel<<<grid, kChunk, 0, stream>>>(kv, toks, q, n_heads, scale, split.target, out, part_acc, part_ml);
+  launch_kernel(kernel, grid, kChunk, 0, stream, kv, toks, q, n_heads, scale, split.target, out, part_acc, part_ml);
   return true;
 }
 
@@ -400,12 +404,12 @@ void launch(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, cons
     check(cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "attention: cudaFuncSetAttribute");
   if (!launch_fast<T>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream))
-    attention_kernel<T><<<grid, kChunk, smem, stream>>>(kv, toks, q, n_heads, scale, split.target, out, part_acc,
-                                                        part_ml);
+    launch_kernel(attention_kernel<T>, grid, kChunk, smem, stream, kv, toks, q, n_heads, scale, split.target, out,
+                  part_acc, part_ml);
   check_launch("attention");
   if (split.splits > 1) {
-    attention_combine<<<static_cast<unsigned>(n_tokens * n_heads), 128, 0, stream>>>(part_acc, part_ml, split.splits,
-                                                                                     kv.head_dim, out);
+    launch_kernel(attention_combine, static_cast<unsigned>(n_tokens * n_heads), 128, 0, stream, part_acc, part_ml,
+                  split.splits, kv.head_dim, out);
     check_launch("attention: combine");
   }
 }

@@ -244,6 +244,22 @@ class CudaBackend final : public Backend {
     cuda::rope(x, pos, n_tokens, n_heads, head_dim, p, theta_scale, stream_);
   }
 
+  void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n_tokens, int n_heads,
+                     const RopeParams& p, const KvLayerView& kv, const AttnToken* toks) override {
+    LaunchScope q_key(launch_keys::rope(p, n_tokens, n_heads, kv.head_dim));
+    LaunchScope k_key(launch_keys::rope(p, n_tokens, kv.n_kv_heads, kv.head_dim));
+    LaunchScope store_key(launch_keys::kv_store(kv, n_tokens));
+    if (p.n_rot <= 0 || p.n_rot > kv.head_dim || p.n_rot % 2 != 0 || p.n_rot > kMaxHeadDim)
+      throw std::invalid_argument("rope: n_rot must be even and within head_dim");
+    check_tokens(n_tokens, "rope_kv_store");
+    select();
+    const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+    if (!queue("rope_kv_store", q, k, v, pos, n_tokens, n_heads, p.n_rot, p.freq_base, p.freq_scale, p.neox, kv.type,
+               kv.k, kv.v, kv.block_size, kv.n_kv_heads, kv.head_dim, toks))
+      return;
+    cuda::rope_kv_store(q, k, v, pos, n_tokens, n_heads, p, theta_scale, kv, toks, stream_);
+  }
+
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
     LaunchScope scope(launch_keys::silu_mul(n));
     select();

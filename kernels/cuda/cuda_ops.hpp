@@ -50,6 +50,11 @@ void add_rmsnorm(float* x, const float* residual, const float* weight, float* y,
 // theta_scale = freq_base^(-2 / n_rot), computed by the caller as the CPU backend does.
 void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_dim, const RopeParams& p,
           float theta_scale, cudaStream_t stream);
+// rope of q ([n_tokens][n_heads][kv.head_dim]) and of k in place, then kv_store
+// of k and v, in one kernel with the same arithmetic as rope then kv_store.
+void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n_tokens, int n_heads,
+                   const RopeParams& p, float theta_scale, const KvLayerView& kv, const AttnToken* toks,
+                   cudaStream_t stream);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
 void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k, const float* v,

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/quant_blocks.hpp"
 
 namespace inferd::kernels::cuda {
@@ -50,6 +51,7 @@ __device__ float dequant_element(DType type, const uint8_t* row, int64_t c) {
 }
 
 __global__ void get_rows_kernel(WeightView table, const int32_t* ids, float* out, int* bad_id) {
+  grid_dependency();
   const int64_t t = blockIdx.y;
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= table.cols) return;
@@ -68,6 +70,7 @@ __global__ void get_rows_kernel(WeightView table, const int32_t* ids, float* out
 // (written back), each thread adding and later scaling the same elements, so y
 // may be the residual itself.
 __global__ void rmsnorm_kernel(float* x, const float* residual, const float* weight, float* y, int64_t n, float eps) {
+  grid_dependency();
   __shared__ double partial[kThreads / 32];
   float* xr = x + int64_t(blockIdx.x) * n;
   float* yr = y + int64_t(blockIdx.x) * n;
@@ -92,28 +95,89 @@ __global__ void rmsnorm_kernel(float* x, const float* residual, const float* wei
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), weight[i]);
 }
 
-// One thread per rotated pair. theta is built by repeated multiplication in
-// float, as the reference does, so every pair's angle has the reference's bits;
-// cos and sin are taken in double and rounded once.
+// Rotates pair i of one head's vector v in place at position `pos` and returns
+// the pair's indices and new values. theta is built by repeated multiplication
+// in float, as the reference does, so every pair's angle has the reference's
+// bits; cos and sin are taken in double and rounded once. rope_kernel and
+// rope_kv_store_kernel both rotate through it, so they agree bit for bit.
+struct RotatedPair {
+  int a, b;
+  float va, vb;
+};
+__device__ inline RotatedPair rope_pair(float* v, int i, int half, int32_t pos, float freq_scale, float theta_scale,
+                                        bool neox) {
+  float theta = static_cast<float>(pos);
+  for (int k = 0; k < i; ++k) theta = __fmul_rn(theta, theta_scale);
+  const double angle = static_cast<double>(__fmul_rn(freq_scale, theta));
+  const float cs = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
+  const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  const float x0 = v[a], x1 = v[b];
+  const RotatedPair r{a, b, __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn)),
+                      __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs))};
+  v[a] = r.va;
+  v[b] = r.vb;
+  return r;
+}
+
+// One thread per rotated pair.
 __global__ void rope_kernel(float* x, const int32_t* pos, int n_heads, int head_dim, int half, float freq_scale,
                             float theta_scale, bool neox) {
+  grid_dependency();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= half) return;
   const int64_t t = blockIdx.z;
   const int h = blockIdx.y;
-  float theta = static_cast<float>(pos[t]);
-  for (int k = 0; k < i; ++k) theta = __fmul_rn(theta, theta_scale);
-  const double angle = static_cast<double>(__fmul_rn(freq_scale, theta));
-  const float cs = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
-  float* v = x + (t * n_heads + h) * head_dim;
-  float* a = neox ? v + i : v + 2 * i;
-  float* b = neox ? v + i + half : v + 2 * i + 1;
-  const float x0 = *a, x1 = *b;
-  *a = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-  *b = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+  rope_pair(x + (t * n_heads + h) * head_dim, i, half, pos[t], freq_scale, theta_scale, neox);
+}
+
+// The cache element of k or v: half or float, converted as kv_store_kernel does.
+template <class T>
+__device__ inline void cache_put(void* cache, int64_t at, float x) {
+  if constexpr (sizeof(T) == 2)
+    static_cast<__half*>(cache)[at] = __float2half_rn(x);
+  else
+    static_cast<float*>(cache)[at] = x;
+}
+
+// rope of q and of k, then kv_store of k and v, in one launch (the same
+// arithmetic as rope_kernel then kv_store_kernel). Token blockIdx.y; its items,
+// one per thread over the x axis: q's rotated pairs (rotated in place), k's
+// rotated pairs (rotated in place and stored), then the n_kv_heads * head_dim
+// elements of v (stored), each also storing k's element at that index when it
+// lies past n_rot (not rotated). No item reads what another writes.
+template <class T>
+__global__ void rope_kv_store_kernel(float* q, float* k, const float* v, const int32_t* pos, int n_heads, int half,
+                                     float freq_scale, float theta_scale, bool neox, KvLayerView kv,
+                                     const AttnToken* toks) {
+  grid_dependency();
+  const int64_t t = blockIdx.y;
+  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int hd = kv.head_dim;
+  const int64_t q_pairs = int64_t(n_heads) * half, k_pairs = int64_t(kv.n_kv_heads) * half;
+  const int64_t row = int64_t(kv.n_kv_heads) * hd;
+  if (item >= q_pairs + k_pairs + row) return;
+  if (item < q_pairs) {
+    const int64_t h = item / half;
+    rope_pair(q + (t * n_heads + h) * hd, static_cast<int>(item % half), half, pos[t], freq_scale, theta_scale, neox);
+    return;
+  }
+  const int32_t p = toks[t].pos;
+  const int64_t slot = int64_t(toks[t].block_table[p / kv.block_size]) * kv.block_size + p % kv.block_size;
+  if (item < q_pairs + k_pairs) {
+    const int64_t u = item - q_pairs, h = u / half;
+    const RotatedPair r = rope_pair(k + t * row + h * hd, static_cast<int>(u % half), half, pos[t], freq_scale,
+                                    theta_scale, neox);
+    cache_put<T>(kv.k, slot * row + h * hd + r.a, r.va);
+    cache_put<T>(kv.k, slot * row + h * hd + r.b, r.vb);
+    return;
+  }
+  const int64_t i = item - q_pairs - k_pairs;
+  cache_put<T>(kv.v, slot * row + i, v[t * row + i]);
+  if (i % hd >= 2 * half) cache_put<T>(kv.k, slot * row + i, k[t * row + i]);
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  grid_dependency();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = gate[i];
     const float e = static_cast<float>(exp(-static_cast<double>(g)));
@@ -122,12 +186,14 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  grid_dependency();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __fadd_rn(y[i], x[i]);
 }
 
 template <class T>
 __global__ void kv_store_kernel(KvLayerView kv, const AttnToken* toks, const float* k, const float* v) {
+  grid_dependency();
   const int64_t row = int64_t(kv.n_kv_heads) * kv.head_dim;
   const int64_t t = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -152,23 +218,23 @@ unsigned blocks_for(int64_t n) {
 
 void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out, int* bad_id, cudaStream_t stream) {
   if (n <= 0 || table.cols <= 0) return;
-  get_rows_kernel<<<dim3(blocks_for(table.cols), static_cast<unsigned>(n)), kThreads, 0, stream>>>(table, ids, out,
-                                                                                                  bad_id);
+  launch_kernel(get_rows_kernel, dim3(blocks_for(table.cols), static_cast<unsigned>(n)), kThreads, 0, stream, table, ids,
+                out, bad_id);
   check_launch("get_rows");
 }
 
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps, cudaStream_t stream) {
   if (n_rows <= 0) return;
   // x is only read when there is no residual.
-  rmsnorm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(const_cast<float*>(x), nullptr, weight, y,
-                                                                        n, eps);
+  launch_kernel(rmsnorm_kernel, static_cast<unsigned>(n_rows), kThreads, 0, stream, const_cast<float*>(x), nullptr,
+                weight, y, n, eps);
   check_launch("rmsnorm");
 }
 
 void add_rmsnorm(float* x, const float* residual, const float* weight, float* y, int64_t n_rows, int64_t n, float eps,
                  cudaStream_t stream) {
   if (n_rows <= 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, residual, weight, y, n, eps);
+  launch_kernel(rmsnorm_kernel, static_cast<unsigned>(n_rows), kThreads, 0, stream, x, residual, weight, y, n, eps);
   check_launch("add_rmsnorm");
 }
 
@@ -177,19 +243,35 @@ void rope(float* x, const int32_t* pos, int64_t n_tokens, int n_heads, int head_
   if (n_tokens <= 0 || n_heads <= 0) return;
   const int half = p.n_rot / 2;
   const dim3 grid((half + 63) / 64, static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tokens));
-  rope_kernel<<<grid, 64, 0, stream>>>(x, pos, n_heads, head_dim, half, p.freq_scale, theta_scale, p.neox);
+  launch_kernel(rope_kernel, grid, 64, 0, stream, x, pos, n_heads, head_dim, half, p.freq_scale, theta_scale, p.neox);
   check_launch("rope");
+}
+
+void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n_tokens, int n_heads,
+                   const RopeParams& p, float theta_scale, const KvLayerView& kv, const AttnToken* toks,
+                   cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  const int half = p.n_rot / 2;
+  const int64_t items = (int64_t(n_heads) + kv.n_kv_heads) * half + int64_t(kv.n_kv_heads) * kv.head_dim;
+  const dim3 grid(blocks_for(items), static_cast<unsigned>(n_tokens));
+  if (kv.type == DType::F16)
+    launch_kernel(rope_kv_store_kernel<__half>, grid, kThreads, 0, stream, q, k, v, pos, n_heads, half, p.freq_scale,
+                  theta_scale, p.neox, kv, toks);
+  else
+    launch_kernel(rope_kv_store_kernel<float>, grid, kThreads, 0, stream, q, k, v, pos, n_heads, half, p.freq_scale,
+                  theta_scale, p.neox, kv, toks);
+  check_launch("rope_kv_store");
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, out, n);
+  launch_kernel(silu_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, out, n);
   check_launch("silu_mul");
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
+  launch_kernel(add_kernel, blocks_for(n), kThreads, 0, stream, y, x, n);
   check_launch("add");
 }
 
@@ -198,9 +280,9 @@ void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, co
   if (n_tokens <= 0) return;
   const dim3 grid(blocks_for(int64_t(kv.n_kv_heads) * kv.head_dim), static_cast<unsigned>(n_tokens));
   if (kv.type == DType::F16)
-    kv_store_kernel<__half><<<grid, kThreads, 0, stream>>>(kv, toks, k, v);
+    launch_kernel(kv_store_kernel<__half>, grid, kThreads, 0, stream, kv, toks, k, v);
   else
-    kv_store_kernel<float><<<grid, kThreads, 0, stream>>>(kv, toks, k, v);
+    launch_kernel(kv_store_kernel<float>, grid, kThreads, 0, stream, kv, toks, k, v);
   check_launch("kv_store");
 }
 

@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/quant_blocks.hpp"
 
 namespace inferd::kernels::cuda {
@@ -77,6 +78,7 @@ __device__ inline float warp_sum(float v) {
 
 // One warp per (token, block of 32): the reference's activation quantization.
 __global__ void quantize_act_kernel(DType weight, const float* x, int64_t total_blocks, int8_t* q, float2* dc) {
+  grid_dependency();
   const int64_t blk = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (blk >= total_blocks) return;
@@ -152,6 +154,7 @@ struct GemvSegs {
 template <class Block, int NT>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int64_t nb, const int8_t* xq,
                                                               const float2* xdc, int n_tokens) {
+  grid_dependency();
   int si = 0;
 #pragma unroll
   for (int i = 1; i < kMaxSegs; ++i)
@@ -261,6 +264,7 @@ constexpr int kLdq = kTileBlocks * 8 + 1;  // ints per shared row, padded agains
 template <class Block>
 __global__ __launch_bounds__(256) void gemm_quant(const uint8_t* w, size_t row_stride, int64_t rows, int64_t nb,
                                                   const int8_t* xq, const float2* xdc, int64_t n_tokens, float* y) {
+  grid_dependency();
   __shared__ int wq[kTile][kLdq];
   __shared__ float wd[kTile][kTileBlocks], wk[kTile][kTileBlocks];
   __shared__ int aq[kTile][kLdq];
@@ -366,6 +370,7 @@ template <DType T, int NT>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_float(const uint8_t* w, size_t row_stride, int64_t rows,
                                                               int64_t cols, const float* x, int n_tokens, float* y,
                                                               bool vec) {
+  grid_dependency();
   const int lane = threadIdx.x % 32;
   const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvRows;
   if (r0 >= rows) return;
@@ -425,6 +430,7 @@ constexpr int kTileK = 16;
 template <DType T>
 __global__ __launch_bounds__(256) void gemm_float(const uint8_t* w, size_t row_stride, int64_t rows, int64_t cols,
                                                   const float* x, int64_t n_tokens, float* y) {
+  grid_dependency();
   __shared__ float ws[kTileK][kTile + 1];
   __shared__ float xs[kTileK][kTile + 1];
   const int tid = threadIdx.x, tr = tid / 16, tc = tid % 16;
@@ -476,8 +482,8 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
   const int n = static_cast<int>(n_tokens);
   if (n_tokens > kGemvTokens) {
     for (const MatmulOut& o : outs)
-      gemm_quant<Block><<<gemm_grid(o.w.rows, n_tokens), 256, 0, stream>>>(
-          static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n_tokens, o.y);
+      launch_kernel(gemm_quant<Block>, gemm_grid(o.w.rows, n_tokens), 256, 0, stream,
+                    static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n_tokens, o.y);
     return;
   }
   auto* kernel = n <= 1 ? gemv_quant<Block, 1> : n <= 2 ? gemv_quant<Block, 2> : n <= 4 ? gemv_quant<Block, 4>
@@ -490,7 +496,7 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
       segs.s[segs.n++] = GemvSeg{static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, outs[i].y, blocks};
       blocks += static_cast<unsigned>((w.rows + kGemvRows - 1) / kGemvRows);
     }
-    kernel<<<blocks, 32 * kGemvWarps, 0, stream>>>(segs, nb, x.q, x.dc, n);
+    launch_kernel(kernel, blocks, 32 * kGemvWarps, 0, stream, segs, nb, x.q, x.dc, n);
   }
 }
 
@@ -503,10 +509,11 @@ void matmul_float_typed(const WeightView& w, const float* x, int64_t n_tokens, f
                      reinterpret_cast<uintptr_t>(x) % 16 == 0;
     auto* kernel = n <= 1 ? gemv_float<T, 1> : n <= 2 ? gemv_float<T, 2> : n <= 4 ? gemv_float<T, 4>
                                                                                   : gemv_float<T, 8>;
-    kernel<<<gemv_blocks(w.rows), 32 * kGemvWarps, 0, stream>>>(data, w.row_stride, w.rows, w.cols, x, n, y, vec);
+    launch_kernel(kernel, gemv_blocks(w.rows), 32 * kGemvWarps, 0, stream, data, w.row_stride, w.rows, w.cols, x, n, y,
+                  vec);
   } else {
-    gemm_float<T><<<gemm_grid(w.rows, n_tokens), 256, 0, stream>>>(data, w.row_stride, w.rows, w.cols, x, n_tokens,
-                                                                   y);
+    launch_kernel(gemm_float<T>, gemm_grid(w.rows, n_tokens), 256, 0, stream, data, w.row_stride, w.rows, w.cols, x,
+                  n_tokens, y);
   }
 }
 
@@ -515,7 +522,8 @@ void matmul_float_typed(const WeightView& w, const float* x, int64_t n_tokens, f
 void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, QuantAct out, cudaStream_t stream) {
   const int64_t blocks = n_tokens * (cols / kQuantBlock);
   if (blocks <= 0) return;
-  quantize_act_kernel<<<static_cast<unsigned>((blocks + 7) / 8), 256, 0, stream>>>(weight, x, blocks, out.q, out.dc);
+  launch_kernel(quantize_act_kernel, static_cast<unsigned>((blocks + 7) / 8), 256, 0, stream, weight, x, blocks, out.q,
+                out.dc);
   check_launch("matmul: quantize activations");
 }
 

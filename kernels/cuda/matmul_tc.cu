@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/quant_blocks.hpp"
 
 namespace inferd::kernels::cuda {
@@ -59,6 +60,7 @@ __device__ inline void dequant8(const uint8_t* row, int64_t b, int part, __half 
 template <class Block>
 __global__ void dequant_rows(const uint8_t* w, size_t row_stride, int64_t r0, int64_t n_rows, int64_t nb,
                              __half* dst) {
+  grid_dependency();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_rows * nb * 4) return;
   const int64_t r = i / (nb * 4), b = (i / 4) % nb;
@@ -70,6 +72,7 @@ __global__ void dequant_rows(const uint8_t* w, size_t row_stride, int64_t r0, in
 
 template <class H>
 __global__ void round_act(const float* x, int64_t n, H* out) {
+  grid_dependency();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   if constexpr (std::is_same_v<H, __half>)
@@ -83,8 +86,8 @@ unsigned blocks_for(int64_t threads) { return static_cast<unsigned>((threads + 2
 template <class Block>
 void dequant_slab(const WeightView& w, int64_t r0, int64_t n_rows, __half* dst, cudaStream_t stream) {
   const int64_t nb = w.cols / kQuantBlock;
-  dequant_rows<Block><<<blocks_for(n_rows * nb * 4), 256, 0, stream>>>(static_cast<const uint8_t*>(w.data),
-                                                                      w.row_stride, r0, n_rows, nb, dst);
+  launch_kernel(dequant_rows<Block>, blocks_for(n_rows * nb * 4), 256, 0, stream, static_cast<const uint8_t*>(w.data),
+                w.row_stride, r0, n_rows, nb, dst);
 }
 
 }  // namespace
@@ -116,9 +119,10 @@ void matmul_tensor_cores(cublasHandle_t blas, const WeightView& w, const float* 
   const int64_t n_act = n_tokens * w.cols;
   void* act = scratch;
   if (bf16)
-    round_act<<<blocks_for(n_act), 256, 0, stream>>>(x, n_act, static_cast<__nv_bfloat16*>(act));
+    launch_kernel(round_act<__nv_bfloat16>, blocks_for(n_act), 256, 0, stream, x, n_act,
+                  static_cast<__nv_bfloat16*>(act));
   else
-    round_act<<<blocks_for(n_act), 256, 0, stream>>>(x, n_act, static_cast<__half*>(act));
+    launch_kernel(round_act<__half>, blocks_for(n_act), 256, 0, stream, x, n_act, static_cast<__half*>(act));
   check_launch("matmul: round activations");
   auto* slab = reinterpret_cast<__half*>(static_cast<uint8_t*>(scratch) + (n_act * 2 + 255) / 256 * 256);
   const float alpha = 1.0f, beta = 0.0f;

@@ -430,6 +430,85 @@ TEST_CASE("kv_store and paged attention match the CPU: decode, prefill and mixed
   }
 }
 
+namespace {
+
+// A KV cache's bytes as floats (F16 or F32), for comparisons with a tolerance.
+std::vector<float> cache_floats(DType type, const std::vector<uint8_t>& bytes) {
+  std::vector<float> out;
+  if (type == DType::F16) {
+    out.resize(bytes.size() / 2);
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      out[i] = fp16_to_fp32(h);
+    }
+  } else {
+    out.resize(bytes.size() / 4);
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("rope_kv_store matches rope, rope and kv_store: the GPU's own bit for bit, the CPU's within rope's tolerance") {
+  struct Heads {
+    int hd, n_kv, group;
+  };
+  for (DType type : {DType::F16, DType::F32}) {
+    for (Heads heads : {Heads{64, 2, 4}, Heads{128, 4, 1}, Heads{128, 1, 8}}) {
+      for (bool partial : {false, true}) {
+        for (bool neox : {false, true}) {
+          for (int64_t n : {int64_t(3), int64_t(21)}) {
+            const int hd = heads.hd, n_kv = heads.n_kv, n_heads = n_kv * heads.group;
+            const RopeParams p{partial ? hd / 2 : hd, 10000.0f, partial ? 0.25f : 1.0f, neox};
+            // Decode: one token of each of three sequences; prefill: a run of one sequence.
+            std::vector<std::pair<int, int32_t>> toks;
+            for (int64_t t = 0; t < n; ++t) toks.push_back(n == 3 ? std::pair{int(t), int32_t(40 * t + 7)}
+                                                                  : std::pair{1, int32_t(30 + t)});
+            std::vector<int32_t> pos;
+            for (auto [s, ps] : toks) pos.push_back(ps);
+            const std::string what = std::string(type_name(type)) + " hd=" + std::to_string(hd) +
+                                     " kv=" + std::to_string(n_kv) + " heads=" + std::to_string(n_heads) +
+                                     (partial ? " n_rot=hd/2" : "") + (neox ? " neox" : " norm") +
+                                     " tokens=" + std::to_string(n);
+            auto q = random_floats(n * n_heads * hd, 111), k = random_floats(n * n_kv * hd, 112);
+            const auto v = random_floats(n * n_kv * hd, 113);
+            PagedCache fused(type, 3, 200, n_kv, hd), apart(type, 3, 200, n_kv, hd);
+            Buffer dpos = to_gpu(pos), dv = to_gpu(v);
+            Buffer fq = to_gpu(q), fk = to_gpu(k), ft = fused.gpu_toks(toks);
+            gpu().rope_kv_store(fq.as<float>(), fk.as<float>(), dv.as<float>(), dpos.as<int32_t>(), n, n_heads, p,
+                                fused.gpu_view(), ft.as<AttnToken>());
+            Buffer aq = to_gpu(q), ak = to_gpu(k), at = apart.gpu_toks(toks);
+            gpu().rope(aq.as<float>(), dpos.as<int32_t>(), n, n_heads, hd, p);
+            gpu().rope(ak.as<float>(), dpos.as<int32_t>(), n, n_kv, hd, p);
+            gpu().kv_store(apart.gpu_view(), at.as<AttnToken>(), n, ak.as<float>(), dv.as<float>());
+            const auto ct = fused.cpu_toks(toks);
+            cpu().rope_kv_store(q.data(), k.data(), v.data(), pos.data(), n, n_heads, p, fused.cpu_view(), ct.data());
+
+            const auto gq = from_gpu<float>(fq, q.size()), gk = from_gpu<float>(fk, k.size());
+            const auto gk_cache = from_gpu<uint8_t>(fused.gk, fused.ck.size());
+            const auto gv_cache = from_gpu<uint8_t>(fused.gv, fused.cv.size());
+            expect_close("rope_kv_store q vs GPU rope " + what, gq, from_gpu<float>(aq, q.size()), 0.0);
+            expect_close("rope_kv_store k vs GPU rope " + what, gk, from_gpu<float>(ak, k.size()), 0.0);
+            CHECK_MESSAGE(gk_cache == from_gpu<uint8_t>(apart.gk, apart.ck.size()), "rope_kv_store ", what,
+                          ": K cache differs from the GPU's kv_store");
+            CHECK_MESSAGE(gv_cache == from_gpu<uint8_t>(apart.gv, apart.cv.size()), "rope_kv_store ", what,
+                          ": V cache differs from the GPU's kv_store");
+            // Against the CPU: rope's cos and sin may round differently in the last
+            // place, which an f16 cache can turn into one half ulp (2^-10 below 2).
+            expect_close("rope_kv_store q vs CPU " + what, gq, q, 1e-6);
+            expect_close("rope_kv_store k vs CPU " + what, gk, k, 1e-6);
+            expect_close("rope_kv_store K cache vs CPU " + what, cache_floats(type, gk_cache),
+                         cache_floats(type, fused.ck), type == DType::F16 ? 1e-3 : 1e-6);
+            CHECK_MESSAGE(gv_cache == fused.cv, "rope_kv_store ", what, ": V cache differs from the CPU's");
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the CUDA backend registers the same launch keys as the CPU backend") {
   auto keys_of = [](auto&& run) {
     ShapeRegistry::global().clear();
@@ -450,15 +529,24 @@ TEST_CASE("the CUDA backend registers the same launch keys as the CPU backend") 
   const auto toks = positions(0, 299, 300);
   Buffer gt = c.gpu_toks(toks);
   const auto ct = c.cpu_toks(toks);
+  // rope of q (8 heads) and of k (2), and kv_store, from one rope_kv_store.
+  auto k_in = random_floats(2 * 64, 105), q_rot = q;
+  const auto v_in = random_floats(2 * 64, 106);
+  const std::vector<int32_t> pos = {299};
+  Buffer dk = to_gpu(k_in), dv = to_gpu(v_in), dpos = to_gpu(pos);
+  const RopeParams rp{64, 10000.0f, 1.0f, false};
   const auto on_gpu = keys_of([&] {
     gpu().matmul(w.device, dx.as<float>(), 5, dy.as<float>());
     gpu().attention(c.gpu_view(), gt.as<AttnToken>(), 1, 300, dq.as<float>(), 8, 0.125f, dout.as<float>());
+    gpu().rope_kv_store(dq.as<float>(), dk.as<float>(), dv.as<float>(), dpos.as<int32_t>(), 1, 8, rp, c.gpu_view(),
+                        gt.as<AttnToken>());
   });
   const auto on_cpu = keys_of([&] {
     cpu().matmul(w.host, x.data(), 5, y.data());
     cpu().attention(c.cpu_view(), ct.data(), 1, 300, q.data(), 8, 0.125f, out.data());
+    cpu().rope_kv_store(q_rot.data(), k_in.data(), v_in.data(), pos.data(), 1, 8, rp, c.cpu_view(), ct.data());
   });
-  CHECK(on_gpu.size() == 3);
+  CHECK(on_gpu.size() == 6);
   CHECK(on_gpu == on_cpu);
 }
 
