@@ -203,27 +203,36 @@ Key log_target_key() {
           }};
 }
 
+// "1, 2,4": integers in [lo, hi] separated by commas (spaces around each allowed);
+// "" or only spaces: none. nullopt when any item is not such an integer.
+std::optional<std::vector<int>> int_list(const std::string& s, int lo, int hi) {
+  std::vector<int> out;
+  for (size_t at = 0; s.find_first_not_of(' ') != std::string::npos && at <= s.size();) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    const char *first = s.data() + at, *last = s.data() + end;
+    while (first < last && *first == ' ') ++first;
+    while (last > first && last[-1] == ' ') --last;
+    int n = 0;
+    auto [p, ec] = std::from_chars(first, last, n);
+    if (ec != std::errc() || p != last || n < lo || n > hi) return std::nullopt;
+    out.push_back(n);
+    at = end + 1;
+  }
+  return out;
+}
+
 // "1,2,4,8": the decode batch sizes captured as CUDA graphs, in any order; "" for none.
 Key cuda_graph_sizes_key() {
   return {"engine", "cuda_graph_sizes", "cuda-graph-sizes", Kind::String,
           "decode batch sizes run as CUDA graphs, e.g. 1,2,4,8 (no effect on the CPU)",
           [](Config& c, const Value& v) -> std::string {
             const auto& s = std::get<std::string>(v);
-            std::vector<int> sizes;
-            for (size_t at = 0; s.find_first_not_of(' ') != std::string::npos && at <= s.size();) {
-              const size_t end = std::min(s.find(',', at), s.size());
-              const char *first = s.data() + at, *last = s.data() + end;
-              while (first < last && *first == ' ') ++first;
-              while (last > first && last[-1] == ' ') --last;
-              int n = 0;
-              auto [p, ec] = std::from_chars(first, last, n);
-              if (ec != std::errc() || p != last || n < 1 || n > 4096)
-                return fmt::format("must be batch sizes from 1 to 4096 separated by commas, like \"1,2,4,8\" "
-                                   "(\"\" for none), got '{}'",
-                                   s);
-              sizes.push_back(n);
-              at = end + 1;
-            }
+            auto list = int_list(s, 1, 4096);
+            if (!list)
+              return fmt::format("must be batch sizes from 1 to 4096 separated by commas, like \"1,2,4,8\" "
+                                 "(\"\" for none), got '{}'",
+                                 s);
+            std::vector<int> sizes = std::move(*list);
             std::sort(sizes.begin(), sizes.end());
             sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
             c.engine.cuda_graph_sizes = std::move(sizes);
@@ -236,21 +245,14 @@ Key gpu_devices_key() {
   return {"health", "gpu_devices", "", Kind::String, "",
           [](Config& c, const Value& v) -> std::string {
             const auto& s = std::get<std::string>(v);
+            auto list = int_list(s, 0, 1023);
+            if (!list)
+              return fmt::format("must be CUDA device indices separated by commas, like \"0,1\" "
+                                 "(\"\" for the engine's own), got '{}'",
+                                 s);
             std::vector<int> gpus;
-            for (size_t at = 0; s.find_first_not_of(' ') != std::string::npos && at <= s.size();) {
-              const size_t end = std::min(s.find(',', at), s.size());
-              const char *first = s.data() + at, *last = s.data() + end;
-              while (first < last && *first == ' ') ++first;
-              while (last > first && last[-1] == ' ') --last;
-              int n = 0;
-              auto [p, ec] = std::from_chars(first, last, n);
-              if (ec != std::errc() || p != last || n < 0 || n > 1023)
-                return fmt::format("must be CUDA device indices separated by commas, like \"0,1\" "
-                                   "(\"\" for the engine's own), got '{}'",
-                                   s);
+            for (int n : *list)
               if (std::find(gpus.begin(), gpus.end(), n) == gpus.end()) gpus.push_back(n);
-              at = end + 1;
-            }
             c.health.gpu_devices = std::move(gpus);
             return {};
           }};

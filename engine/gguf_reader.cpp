@@ -1,13 +1,9 @@
 #include "engine/gguf_reader.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -173,32 +169,11 @@ int64_t GgufTensorInfo::rows() const {
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) f->fail(0, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    f->fail(0, std::string("cannot stat: ") + std::strerror(err));
+  try {
+    f->take(map_file_readonly(path));
+  } catch (const std::runtime_error& e) {
+    f->fail(0, e.what());
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    f->fail(0, "not a regular file");
-  }
-  f->size_ = static_cast<size_t>(st.st_size);
-  if (f->size_ > 0) {
-    void* m = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      f->fail(0, std::string("cannot map: ") + std::strerror(err));
-    }
-    f->mapping_ = m;
-    f->base_ = static_cast<const uint8_t*>(m);
-    // Weights are read soon after; start the readahead now.
-    ::madvise(m, f->size_, MADV_WILLNEED);
-  }
-  ::close(fd);
   f->parse();
   return f;
 }
@@ -206,18 +181,19 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
 std::unique_ptr<GgufFile> GgufFile::open_memory(std::span<const uint8_t> bytes, std::string name) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = std::move(name);
-  f->size_ = bytes.size();
-  if (!bytes.empty()) {
-    // A page-aligned private copy gives tensor data the same alignment as a mapped file.
-    void* m = ::mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) f->fail(0, std::string("cannot allocate: ") + std::strerror(errno));
-    f->mapping_ = m;
-    std::memcpy(m, bytes.data(), bytes.size());
-    ::mprotect(m, bytes.size(), PROT_READ);
-    f->base_ = static_cast<const uint8_t*>(m);
+  try {
+    f->take(map_copy_readonly(bytes));
+  } catch (const std::runtime_error& e) {
+    f->fail(0, e.what());
   }
   f->parse();
   return f;
+}
+
+void GgufFile::take(const MappedBytes& m) {
+  mapping_ = m.mapping;
+  base_ = m.base;
+  size_ = m.size;
 }
 
 std::unique_ptr<GgufFile> GgufFile::assemble(std::span<const uint8_t> metadata, std::string name,

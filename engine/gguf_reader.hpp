@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/mapped_bytes.hpp"
 #include "kernels/dtype.hpp"
 
 namespace inferd::engine {
@@ -119,6 +120,7 @@ class GgufFile {
   [[noreturn]] void fail(uint64_t offset, const std::string& message) const;
 
   std::string path_;
+  void take(const MappedBytes& m);
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   void* mapping_ = nullptr;  // page-aligned, read-only; unmapped on destruction

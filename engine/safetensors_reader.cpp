@@ -1,14 +1,10 @@
 #include "engine/safetensors_reader.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <boost/json.hpp>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -42,26 +38,11 @@ int64_t SafetensorsTensor::elements() const {
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) f->fail(0, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    f->fail(0, "not a regular file");
+  try {
+    f->take(map_file_readonly(path));
+  } catch (const std::runtime_error& e) {
+    f->fail(0, e.what());
   }
-  f->size_ = static_cast<size_t>(st.st_size);
-  if (f->size_ > 0) {
-    void* m = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      f->fail(0, std::string("cannot map: ") + std::strerror(err));
-    }
-    f->mapping_ = m;
-    f->base_ = static_cast<const uint8_t*>(m);
-    ::madvise(m, f->size_, MADV_WILLNEED);
-  }
-  ::close(fd);
   f->parse();
   return f;
 }
@@ -69,17 +50,19 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open_memory(std::span<const uint8_t> bytes, std::string name) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = std::move(name);
-  f->size_ = bytes.size();
-  if (!bytes.empty()) {
-    void* m = ::mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) f->fail(0, std::string("cannot allocate: ") + std::strerror(errno));
-    f->mapping_ = m;
-    std::memcpy(m, bytes.data(), bytes.size());
-    ::mprotect(m, bytes.size(), PROT_READ);
-    f->base_ = static_cast<const uint8_t*>(m);
+  try {
+    f->take(map_copy_readonly(bytes));
+  } catch (const std::runtime_error& e) {
+    f->fail(0, e.what());
   }
   f->parse();
   return f;
+}
+
+void SafetensorsFile::take(const MappedBytes& m) {
+  mapping_ = m.mapping;
+  base_ = m.base;
+  size_ = m.size;
 }
 
 SafetensorsFile::~SafetensorsFile() {

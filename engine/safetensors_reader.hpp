@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/gguf_reader.hpp"  // LoadError
+#include "engine/mapped_bytes.hpp"
 
 namespace inferd::engine {
 
@@ -52,6 +53,7 @@ class SafetensorsFile {
   [[noreturn]] void fail(uint64_t offset, const std::string& message) const;
 
   std::string path_;
+  void take(const MappedBytes& m);
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   void* mapping_ = nullptr;

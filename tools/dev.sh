@@ -6,8 +6,8 @@
 # in build/), a daemon that serves must not have them (build-serve/).
 # INFERD_BUILD names another directory for either.
 # `test` without arguments (what CI runs) then runs each libFuzzer target for
-# 30 s (clang, build-fuzz/: INFERD_FUZZ_BUILD), compiles the CUDA sources and
-# GPU tests where nvcc is (build-cuda/: INFERD_CUDA_BUILD), and the kernels and unit suites
+# 30 s (clang, build-fuzz/: INFERD_FUZZ_BUILD), compiles the CUDA kernels where
+# nvcc is (build-cuda/: INFERD_CUDA_BUILD), and the kernels and unit suites
 # again under ASan+UBSan in build-asan/ (INFERD_ASAN_BUILD; docs/OPERATIONS.md,
 # "Sanitizers"); INFERD_ASAN=0 skips that stage. With arguments it runs only
 # `meson test ARGS` in the first build.
@@ -34,13 +34,15 @@ case $verb in
     [ -f "$FUZZ/build.ninja" ] ||
       CXX=clang++ CC=clang meson setup "$FUZZ" -Dfuzz=true -Dcuda=disabled -Dbuildtype=debugoptimized >/dev/null
     meson test -C "$FUZZ" --no-rebuild --print-errorlogs --suite fuzz
-    # The CUDA sources and their GPU tests compile wherever nvcc is, GPU or not,
-    # so they cannot rot between runs on a GPU machine (tools/gpu-check).
+    # The CUDA sources compile and link (with cuBLAS) wherever nvcc is, GPU or
+    # not, so they cannot rot between runs on a GPU machine (tools/gpu-check
+    # builds and runs the GPU tests there). Only the kernels: the rest of the
+    # tree is the same C++ the first build compiled.
     command -v nvcc >/dev/null || [ ! -x /usr/local/cuda/bin/nvcc ] || export PATH=$PATH:/usr/local/cuda/bin
     if command -v nvcc >/dev/null; then
       CUDA_BUILD=${INFERD_CUDA_BUILD:-build-cuda}
       [ -f "$CUDA_BUILD/build.ninja" ] || meson setup "$CUDA_BUILD" -Dcuda=enabled -Dfaults=true >/dev/null
-      ninja -C "$CUDA_BUILD" tools/bench_cuda tests/gpu_tests
+      ninja -C "$CUDA_BUILD" tools/bench_cuda
     fi
     [ "${INFERD_ASAN:-1}" != 0 ] || exit 0
     # Only the kernels and unit suites: meson builds just their two programs.
