@@ -27,7 +27,7 @@ struct HeadOptions {
   Fingerprint fingerprint;
   // A worker that had joined has gone (its control connection closed); called
   // on the control plane's thread.
-  std::function<void(int rank, const std::string& why)> on_rank_lost;
+  std::function<void(int rank, const std::string& why)> on_rank_lost{};
 };
 
 // What the head knows of one worker rank.

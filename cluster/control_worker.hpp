@@ -38,10 +38,10 @@ struct WorkerOptions {
   std::chrono::milliseconds heartbeat_interval{500};
   // The head is re-forming the group: called on the control plane's thread as
   // the order arrives, so the rank can abort a collective it is blocked in.
-  std::function<void(int generation)> on_reform;
+  std::function<void(int generation)> on_reform{};
   // This rank's monitors that are not ok, for each heartbeat (called on the
   // control plane's thread); none when unset.
-  std::function<std::vector<health::Signal>()> health;
+  std::function<std::vector<health::Signal>()> health{};
 };
 
 // What the head asks of a worker next: run a plan, re-form the group's data

@@ -513,12 +513,14 @@ const GgufTensorInfo& GgufFile::tensor(std::string_view name, std::initializer_l
 void GgufFile::fault_in(const GgufTensorInfo& t) const {
   if (t.nbytes == 0) return;
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  // The mapping is page-aligned, so rounding down stays inside it.
-  const uintptr_t first = reinterpret_cast<uintptr_t>(t.data) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(t.data) + t.nbytes;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
+  const uintptr_t first = begin & ~(page - 1), end = begin + t.nbytes;
   ::madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
-  // Volatile: the reads happen although nothing uses their values.
-  for (uintptr_t p = first; p < end; p += page) (void)*reinterpret_cast<const volatile uint8_t*>(p);
+  // One byte of each page the tensor covers, from its own bytes only: an
+  // assembled model's tensors (a checkpoint's widened norms) live on the heap,
+  // where the rest of a page is not theirs. Volatile: the reads happen although
+  // nothing uses their values.
+  for (uintptr_t p = begin; p < end; p = (p & ~(page - 1)) + page) (void)*reinterpret_cast<const volatile uint8_t*>(p);
 }
 
 }  // namespace inferd::engine

@@ -325,10 +325,18 @@ Weights read_weights(const std::string& dir, bool tied) {
       const void* data = t.data;
       kernels::DType dt = *type;
       size_t nbytes = t.nbytes;
+      if (reinterpret_cast<uintptr_t>(data) % kernels::traits(dt).block_bytes != 0) {
+        // The format does not align tensor data; the kernels load whole
+        // elements, so a misaligned tensor gets an aligned copy.
+        auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[nbytes]);
+        std::memcpy(buf.get(), t.data, nbytes);
+        data = buf.get();
+        w.keep.push_back(std::shared_ptr<const void>(buf, buf.get()));
+      }
       if (dims.size() == 1 && dt != kernels::DType::F32) {
         // Norm weights: the loader takes them as F32; they are a few KB.
         auto buf = std::shared_ptr<float[]>(new float[static_cast<size_t>(dims[0])]);
-        kernels::dequantize_row(dt, t.data, buf.get(), dims[0]);
+        kernels::dequantize_row(dt, data, buf.get(), dims[0]);
         data = buf.get();
         w.keep.push_back(std::shared_ptr<const void>(buf, buf.get()));
         dt = kernels::DType::F32;
