@@ -352,24 +352,20 @@ class CudaBackend final : public Backend {
     CudaBackend& be_;
   };
 
-  // One matmul on its own: float weights, tensor-core sizes, or a lone quantized weight.
+  // One matmul on its own: float weights, or any weight at tensor-core sizes.
+  // (A quantized weight below tensor-core sizes goes through matmul_shared alone.)
   void matmul_one(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+    if (is_quantized(w.type) && n_tokens > 0 && w.rows > 0 && !on_tensor_cores(w, n_tokens)) {
+      const MatmulOut out{w, y};
+      return matmul_shared({&out, 1}, x, n_tokens);
+    }
     LaunchScope scope(launch_keys::matmul(w, n_tokens));
     if (n_tokens <= 0 || w.rows <= 0) return;
     select();
     if (is_quantized(w.type)) check_quantized(w);
     if (on_tensor_cores(w, n_tokens)) return matmul_tensor_cores(w, x, n_tokens, y);
-    if (!is_quantized(w.type)) {
-      if (!queue("matmul.f", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y)) return;
-      return cuda::matmul_float(w, x, n_tokens, y, stream_);
-    }
-    const int64_t nb = w.cols / 32;
-    auto* q = static_cast<int8_t*>(grow(act_, size_t(n_tokens) * (w.cols + nb * sizeof(float2)), "matmul: scratch"));
-    if (!queue("matmul.q", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y, q)) return;
-    const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w.cols)};
-    cuda::quantize_act(w.type, x, n_tokens, w.cols, xq, stream_);
-    const MatmulOut out{w, y};
-    cuda::matmul_quant({&out, 1}, xq, n_tokens, stream_);
+    if (!queue("matmul.f", w.type, w.data, w.rows, w.cols, w.row_stride, x, n_tokens, y)) return;
+    cuda::matmul_float(w, x, n_tokens, y, stream_);
   }
 
   static void check_quantized(const WeightView& w) {
