@@ -218,6 +218,8 @@ std::unique_ptr<Engine::Live> Engine::make_live(GenerationRequest req) {
     throw InvalidRequest("prompt", "the prompt has " + std::to_string(n) + " tokens; this model's maximum context length is " +
                                        std::to_string(max_model_len_) + " tokens");
   if (req.max_tokens < 1) throw InvalidRequest("max_tokens", "max_tokens must be at least 1");
+  if (req.unwritten_prefix < 0 || req.unwritten_prefix >= n)
+    throw InvalidRequest("unwritten_prefix", "the unwritten prefix must leave at least the prompt's last token to run");
   if (static_cast<int64_t>(n) + req.max_tokens > max_model_len_)
     throw InvalidRequest("max_tokens", "the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                                            std::to_string(req.max_tokens) + ") exceeds the maximum context length of " +
@@ -283,6 +285,7 @@ void Engine::take_inbox() {
     Live& l = *r;
     SeqSpec spec{l.id, l.req.prompt, l.req.max_tokens, {}, l.req.priority};
     spec.speculate = proposer_ != nullptr && l.req.speculate && !l.req.grammar;
+    spec.unwritten_prefix = l.req.unwritten_prefix;
     if (!l.req.ignore_eos) {
       spec.stop_tokens = tokenizer_->stop_ids();
       spec.stop_tokens.insert(spec.stop_tokens.end(), l.req.stop_token_ids.begin(), l.req.stop_token_ids.end());

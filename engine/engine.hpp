@@ -134,6 +134,13 @@ struct GenerationRequest {
   // plan counts on steps of one token per decoding sequence (decode batch sizes
   // held for several steps); the verify steps' shapes lie inside its buckets.
   bool speculate = true;
+  // Warm-up only: the first `unwritten_prefix` prompt tokens count as already in
+  // the KV cache without being run (their slots keep whatever the blocks held),
+  // so a recovery's re-warm reaches the top context bucket (attention reading a
+  // long context) in one step instead of prefilling the whole prompt. The output
+  // means nothing; those blocks never enter the prefix cache. Below the prompt's
+  // length: its last token is run.
+  int unwritten_prefix = 0;
   // Constrained decoding (engine/grammar/): every sampled token keeps the output
   // a prefix of a text this grammar accepts, and the request ends with Stop once
   // the text is whole and nothing may follow. Such a request never carries

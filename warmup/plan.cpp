@@ -21,27 +21,42 @@ constexpr int kLeastBurstPrompt = 8;
 // The buckets each axis has been reached at; `graphs`: the graph sizes run for
 // at least two decode steps (recorded, then replayed).
 struct Reached {
-  explicit Reached(std::vector<int64_t> sizes) : graph_sizes(std::move(sizes)) {}
+  explicit Reached(const engine::ShapeAxes& axes)
+      : graph_sizes(axes.graph_sizes), token_reps(axes.step_tokens.begin(), axes.step_tokens.end()) {}
   std::vector<int64_t> graph_sizes;
+  // A step-token bucket counts only at its representative: ops over whole
+  // activations (add, silu_mul) are keyed by tokens x width, whose bucket a
+  // smaller step of the same token bucket may not reach (100 x 576 and
+  // 128 x 576 lie in different powers of two).
+  std::set<int64_t> token_reps;
   std::set<int64_t> tokens, sampled, contexts, decodes, graphs;
 
   void graph(int64_t running) {
     if (const int64_t g = engine::graph_size_of(graph_sizes, running)) graphs.insert(g);
   }
+  void step_tokens(int64_t n) {
+    if (token_reps.count(n)) tokens.insert(pow2_bucket(n));
+  }
+  // A step that only decodes `running` sequences: a captured one runs its kernels
+  // at its graph size.
+  void decode_tokens(int64_t running) {
+    const int64_t g = engine::graph_size_of(graph_sizes, running);
+    step_tokens(g > 0 ? g : running);
+  }
 
   // A request alone in the engine: prompt chunks of at most max_num_batched_tokens,
   // then one decode step per generated token but the last.
   void lone(const WarmRequest& r, int chunk) {
-    for (int pos = 0; pos < r.prompt_tokens;) {
+    for (int pos = r.unwritten_prefix; pos < r.prompt_tokens;) {
       const int c = std::min(chunk, r.prompt_tokens - pos);
-      tokens.insert(pow2_bucket(c));
+      step_tokens(c);
       contexts.insert(pow2_bucket(pos + c));
       pos += c;
     }
     sampled.insert(1);
     for (int j = 1; j < r.max_tokens; ++j) {
       contexts.insert(pow2_bucket(r.prompt_tokens + j));
-      tokens.insert(1);
+      decode_tokens(1);
       decodes.insert(1);
     }
     if (r.max_tokens >= 3) graph(1);
@@ -52,8 +67,9 @@ struct Reached {
 // max_num_seqs and the token budget.
 void first_step(Reached& r, const Wave& w, const PlanLimits& l) {
   int64_t tokens = 0;
-  for (size_t i = 0; i < w.size() && static_cast<int>(i) < l.max_num_seqs; ++i) tokens += w[i].prompt_tokens;
-  r.tokens.insert(pow2_bucket(std::min<int64_t>(tokens, l.max_num_batched_tokens)));
+  for (size_t i = 0; i < w.size() && static_cast<int>(i) < l.max_num_seqs; ++i)
+    tokens += w[i].prompt_tokens - w[i].unwritten_prefix;
+  r.step_tokens(std::min<int64_t>(tokens, l.max_num_batched_tokens));
 }
 
 // The decode batches a wave's staggered ends guarantee: the number still decoding
@@ -69,9 +85,19 @@ void staggered_ends(Reached& r, const Wave& w, const PlanLimits& l) {
     if (!holds || ends[i] < 2) continue;
     r.decodes.insert(pow2_bucket(running));
     r.sampled.insert(pow2_bucket(running));
-    r.tokens.insert(pow2_bucket(running));
+    r.decode_tokens(running);
     if (i > 0 || ends[i] >= 3) r.graph(running);  // the first count's first step is the prefill
   }
+}
+
+// What running `w` on an idle engine is sure to reach.
+void reach(Reached& r, const Wave& w, const PlanLimits& l) {
+  if (w.size() == 1) {
+    r.lone(w.front(), l.max_num_batched_tokens);
+    return;
+  }
+  first_step(r, w, l);
+  staggered_ends(r, w, l);
 }
 
 // The numbers of the burst's requests still decoding as they end, ascending and
@@ -120,36 +146,8 @@ Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupO
     return WarmRequest{prompt, std::clamp(max_tokens, 1, std::max(1, M - prompt))};
   };
   Plan plan;
-
-  // 1. ramped: the top context bucket first (a long prompt, if chunks of B do not
-  // get there), then every step-token and context bucket still missing. A step
-  // wider than the longest prompt is a wave of prompts that fill it together.
-  Phase ramped{"ramped", {}};
-  Reached r{axes.graph_sizes};
-  auto add = [&](Wave w) {
-    if (w.size() == 1) r.lone(w.front(), B);
-    else first_step(r, w, l);
-    ramped.waves.push_back(std::move(w));
-  };
-  const int64_t top = axes.contexts.empty() ? 1 : pow2_bucket(axes.contexts.back());
-  if (top / 2 + 1 > B) add({fit(static_cast<int>(top / 2 + 1), o.ramp_max_tokens)});
-  for (int64_t t : axes.step_tokens) {
-    if (r.tokens.count(pow2_bucket(t))) continue;
-    if (t <= M - 1) {
-      add({fit(static_cast<int>(t), o.ramp_max_tokens)});
-      continue;
-    }
-    const int64_t k = (t + M - 2) / (M - 1);  // prompts of at most M - 1 tokens
-    Wave w;
-    for (int64_t i = 0; i < k; ++i) w.push_back(fit(static_cast<int>(t * (i + 1) / k - t * i / k), 1));
-    add(std::move(w));
-  }
-  for (int64_t c : axes.contexts)
-    if (!r.contexts.count(pow2_bucket(c))) add({fit(static_cast<int>(c), 1)});
-  std::stable_sort(ramped.waves.begin(), ramped.waves.end(), [](const Wave& a, const Wave& b) {
-    return a.size() * a.front().prompt_tokens < b.size() * b.front().prompt_tokens;
-  });
-  plan.phases.push_back(std::move(ramped));
+  // The phases after the ramp are sized first: a least plan's ramp leaves out the
+  // buckets they reach.
 
   // 2. burst: every request's prompt fits in one step together. Request i ends
   // kStagger steps after those of the next smaller count (burst_counts) it lies
@@ -163,7 +161,7 @@ Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupO
     const auto later = counts.end() - std::upper_bound(counts.begin(), counts.end(), i);  // counts above i
     burst.push_back(fit(p, kBurstBase + kStagger * static_cast<int>(later - 1)));
   }
-  plan.phases.push_back({"burst", {std::move(burst)}});
+  Phase burst_phase{"burst", {std::move(burst)}};
 
   // 3. concurrent-long: prompts of half a step each, so the third one's prefill
   // shares steps with the first two's decodes.
@@ -173,24 +171,60 @@ Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupO
   // overlaps the first two's decodes (its first chunk fills the first step).
   if (least) lp = std::min(lp, B / 3 + 1);
   for (int i = 0; i < std::max(1, o.long_requests); ++i) longs.push_back(fit(lp, o.long_max_tokens));
-  plan.phases.push_back({"concurrent-long", {std::move(longs)}});
+  Phase long_phase{"concurrent-long", {std::move(longs)}};
 
   // 4. sustained: one long decode.
-  plan.phases.push_back({"sustained", {{fit(o.sustained_prompt_tokens, o.sustained_max_tokens)}}});
+  Phase sustained{"sustained", {{fit(o.sustained_prompt_tokens, o.sustained_max_tokens)}}};
+
+  // 1. ramped: the top context bucket first (a long prompt, if chunks of B do not
+  // get there), then every step-token and context bucket still missing. A step
+  // wider than the longest prompt is a wave of prompts that fill it together.
+  // Least: the buckets the later phases reach are not missing (the burst's and
+  // the concurrent-long prompts' first steps are wide ones).
+  Phase ramped{"ramped", {}};
+  Reached r{axes};
+  if (least)
+    for (const Phase* ph : {&burst_phase, &long_phase, &sustained})
+      for (const Wave& w : ph->waves) reach(r, w, l);
+  auto add = [&](Wave w) {
+    reach(r, w, l);
+    ramped.waves.push_back(std::move(w));
+  };
+  // A prompt that is there for the context its attention reads. Least: only its
+  // last token runs, over an unwritten prefix; the step-token buckets its chunks
+  // would reach are reached by the prompts of the step-token loop on their own.
+  auto reach_context = [&](int prompt, int max_tokens) {
+    WarmRequest q = fit(prompt, max_tokens);
+    if (least) q.unwritten_prefix = q.prompt_tokens - 1;
+    add({q});
+  };
+  const int64_t top = axes.contexts.empty() ? 1 : pow2_bucket(axes.contexts.back());
+  if (top / 2 + 1 > B) reach_context(static_cast<int>(top / 2 + 1), o.ramp_max_tokens);
+  for (int64_t t : axes.step_tokens) {
+    if (r.tokens.count(pow2_bucket(t))) continue;
+    if (t <= M - 1) {
+      add({fit(static_cast<int>(t), o.ramp_max_tokens)});
+      continue;
+    }
+    const int64_t k = (t + M - 2) / (M - 1);  // prompts of at most M - 1 tokens
+    Wave w;
+    for (int64_t i = 0; i < k; ++i) w.push_back(fit(static_cast<int>(t * (i + 1) / k - t * i / k), 1));
+    add(std::move(w));
+  }
+  for (int64_t c : axes.contexts)
+    if (!r.contexts.count(pow2_bucket(c))) reach_context(static_cast<int>(c), 1);
+  std::stable_sort(ramped.waves.begin(), ramped.waves.end(), [](const Wave& a, const Wave& b) {
+    return a.size() * a.front().prompt_tokens < b.size() * b.front().prompt_tokens;
+  });
+  plan.phases = {std::move(ramped), std::move(burst_phase), std::move(long_phase), std::move(sustained)};
+
   return plan;
 }
 
 std::vector<std::string> unreached_buckets(const Plan& plan, const engine::ShapeAxes& axes, const PlanLimits& l) {
-  Reached r{axes.graph_sizes};
+  Reached r{axes};
   for (const Phase& ph : plan.phases)
-    for (const Wave& w : ph.waves) {
-      if (w.size() == 1) {
-        r.lone(w.front(), l.max_num_batched_tokens);
-        continue;
-      }
-      first_step(r, w, l);
-      staggered_ends(r, w, l);
-    }
+    for (const Wave& w : ph.waves) reach(r, w, l);
   std::vector<std::string> out;
   auto check = [&](const char* axis, const std::vector<int64_t>& reps, const std::set<int64_t>& got) {
     for (int64_t v : reps)
@@ -216,6 +250,7 @@ std::string describe(const Plan& plan) {
       for (size_t j = 0; j < w.size(); ++j) {
         prompt += w[j].prompt_tokens, gen += w[j].max_tokens;
         list += (j ? " " : "") + std::to_string(w[j].prompt_tokens) + "/" + std::to_string(w[j].max_tokens);
+        if (w[j].unwritten_prefix > 0) list += " (" + std::to_string(w[j].unwritten_prefix) + " unwritten)";
       }
       if (w.size() > 1) list += "]";
     }

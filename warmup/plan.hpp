@@ -45,6 +45,9 @@ struct PlanLimits {
 struct WarmRequest {
   int prompt_tokens = 0;
   int max_tokens = 0;  // generated with ignore_eos: exactly this many
+  // Leading prompt tokens taken as computed, not run (least depth's top-context
+  // request: engine::GenerationRequest::unwritten_prefix).
+  int unwritten_prefix = 0;
 };
 
 // A phase runs its waves one after another; a wave's requests are submitted
@@ -65,9 +68,11 @@ struct Plan {
 // How much each request generates. Full: the lengths configured (the seed
 // profile: ramp prompts that generate for a while, a 700-token sustained decode).
 // Least: the same phases, waves and prompts, each request generating only what
-// the plan's coverage needs (one decode step, the burst's staggered ends kept):
-// a recovery's re-warm, which must touch every shape key again but need not
-// prove again what the first warm-up of this process proved.
+// the plan's coverage needs (one decode step, the burst's staggered ends kept),
+// and the prompt that reaches the top context bucket runs only its last token
+// over an unwritten prefix: a recovery's re-warm, which must touch every shape
+// key again but need not prove again what the first warm-up of this process
+// proved.
 enum class Depth { full, least };
 
 Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& limits, const WarmupOptions& opts,

@@ -121,6 +121,7 @@ PhaseReport run_phase(engine::Engine& eng, const PromptMaker& prompts, int index
       req.ignore_eos = true;
       req.sampling.temperature = 0;
       req.speculate = false;  // one token per decode step, as the plan counts them
+      req.unwritten_prefix = want.unwritten_prefix;
       req.sink = [trp, want](engine::Delta&& d) {
         if (d.finish != engine::FinishReason::None) trp->done(want, d);
       };

@@ -136,8 +136,11 @@ StepPlan Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < limits_.max_num_seqs) {
     const SeqId id = waiting_.front();
     Seq& s = seqs_.at(id);
-    const int hit = s.n_computed == 0 ? kv_.computed_blocks(id, s.tokens) : 0;
-    s.n_computed += hit;
+    // A warm-up's unwritten prefix stands in for a prefix hit at its first admission;
+    // preempted, the sequence is recomputed in full.
+    const bool unwritten = s.n_computed == 0 && !s.looked_up && s.spec.unwritten_prefix > 0;
+    const int hit = s.n_computed == 0 && !unwritten ? kv_.computed_blocks(id, s.tokens) : 0;
+    s.n_computed += unwritten ? s.spec.unwritten_prefix : hit;
     const int n = std::min(s.pending(), budget);
     if (!kv_.allocate_slots(id, s.n_computed + n)) {
       kv_.free(id);  // also the prefix blocks it took; it is tried again next step
@@ -168,7 +171,7 @@ std::vector<TokenOutcome> Scheduler::update(const StepPlan& plan, std::span<cons
     Seq& s = it->second;
     if (ss.num_drafts == 0) {
       s.n_computed += static_cast<int>(ss.tokens.size());
-      kv_.cache_full_blocks(ss.seq, s.tokens, s.n_computed);
+      cache_computed(ss.seq, s);
       continue;
     }
     // The accepted drafts' K/V stay; positions past them are written again next step.
@@ -188,7 +191,7 @@ std::vector<TokenOutcome> Scheduler::update(const StepPlan& plan, std::span<cons
     Seq& s = it->second;
     s.tokens.push_back(t.token);
     if (std::find(verified.begin(), verified.end(), t.seq) != verified.end())
-      kv_.cache_full_blocks(t.seq, s.tokens, std::min(s.n_computed, static_cast<int>(s.tokens.size())));
+      cache_computed(t.seq, s);
     TokenOutcome o{t.seq, t.token, FinishReason::None, i};
     const auto& stops = s.spec.stop_tokens;
     if (std::find(stops.begin(), stops.end(), t.token) != stops.end()) o.finish = FinishReason::Stop;
@@ -210,6 +213,13 @@ std::vector<SeqId> Scheduler::clear() {
   finished_.clear();
   kv_.drop_prefix_cache();
   return ids;
+}
+
+// Registers the sequence's computed full blocks in the prefix cache, unless some
+// of them were never written (a warm-up's unwritten prefix).
+void Scheduler::cache_computed(SeqId id, const Seq& s) {
+  if (s.spec.unwritten_prefix > 0) return;
+  kv_.cache_full_blocks(id, s.tokens, std::min(s.n_computed, static_cast<int>(s.tokens.size())));
 }
 
 }  // namespace inferd::engine

@@ -41,6 +41,7 @@ struct SeqSpec {
   std::vector<int32_t> stop_tokens;  // sampling one ends the sequence with Stop
   bool priority = false;             // queued ahead of everything waiting
   bool speculate = false;            // decode steps may carry drafts (with a proposer)
+  int unwritten_prefix = 0;          // first admission: taken as computed, never cached (GenerationRequest)
 };
 
 struct SchedulerCounters {
@@ -102,6 +103,7 @@ class Scheduler {
   void put(StepPlan& plan, Seq& s, int n, std::vector<int32_t> drafts = {});
   std::vector<int32_t> drafts_for(Seq& s, int budget);
   void fit_logits_rows(StepPlan& plan);
+  void cache_computed(SeqId id, const Seq& s);
 
   SchedulerLimits limits_;
   KvCacheManager& kv_;

@@ -220,6 +220,58 @@ TEST_SUITE("scheduler") {
     CHECK(std::equal(sb->block_table.begin(), sb->block_table.begin() + 2, kv.block_table(1).begin()));
   }
 
+  TEST_CASE("an unwritten prefix runs only the prompt's tail, never enters the prefix cache, and is recomputed once preempted") {
+    KvCacheManager kv(64, 4, true);
+    Scheduler s({4, 64, 1024}, kv);
+    auto a = spec(1, 30, 3);
+    a.unwritten_prefix = 29;
+    s.add(a);
+    const StepPlan p = s.schedule();
+    const ScheduledSeq* sa = find(p, 1);
+    REQUIRE(sa);
+    CHECK(sa->start == 29);  // one token, reading a context of 30
+    CHECK(sa->tokens.size() == 1);
+    CHECK(sa->block_table.size() == 8);
+    CHECK(s.view(1).cached_tokens == 0);
+    CHECK(s.counters().prefix_hit_tokens == 0);
+    run(s, p);
+    run(s, s.schedule());
+    // The same prompt, written for real, finds nothing cached.
+    auto b = spec(1, 30, 2);
+    b.id = 2;
+    s.add(b);
+    const StepPlan pb = s.schedule();
+    const ScheduledSeq* sb = find(pb, 2);
+    REQUIRE(sb);
+    CHECK(sb->start == 0);
+    CHECK(sb->tokens.size() == 30);
+  }
+
+  TEST_CASE("a preempted sequence with an unwritten prefix is recomputed in full") {
+    KvCacheManager kv(10, 4, false);  // 40 slots
+    Scheduler s({4, 64, 1024}, kv);
+    auto a = spec(1, 8, 30);
+    s.add(a);
+    run(s, s.schedule());
+    auto b = spec(2, 20, 30);
+    b.unwritten_prefix = 19;
+    s.add(b);
+    run(s, s.schedule());  // a decodes, b admitted: 2 + 5 blocks
+    // Decode until the pool runs out and the newest (b) is preempted.
+    bool preempted = false;
+    for (int i = 0; i < 40 && !preempted; ++i) {
+      const StepPlan p = s.schedule();
+      preempted = std::find(p.preempted.begin(), p.preempted.end(), SeqId{2}) != p.preempted.end();
+      run(s, p);
+    }
+    REQUIRE(preempted);
+    for (int i = 0; i < 40 && s.has(1); ++i) run(s, s.schedule());  // a finishes, freeing room
+    const StepPlan p = s.schedule();
+    const ScheduledSeq* sb = find(p, 2);
+    REQUIRE(sb);
+    CHECK(sb->start == 0);  // its prompt and what it generated, computed for real
+  }
+
   TEST_CASE("a step that is not updated leaves nothing computed; clear() empties everything") {
     KvCacheManager kv(64, 4, true);
     Scheduler s({4, 64, 1024}, kv);

@@ -24,6 +24,14 @@ engine::ShapeAxes axes_of(const warmup::PlanLimits& l) {
   return engine::shape_axes(l.max_num_batched_tokens, l.max_num_seqs, l.max_model_len);
 }
 
+// The prompt tokens a phase runs (its unwritten prefixes are not run).
+int run_tokens(const warmup::Phase& ph) {
+  int n = 0;
+  for (const auto& w : ph.waves)
+    for (const auto& q : w) n += q.prompt_tokens - q.unwritten_prefix;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("warm-up plan: buckets are powers of two capped at the axis maximum") {
@@ -50,11 +58,19 @@ TEST_CASE("warm-up plan: every configuration's plan reaches every bucket and fit
     CHECK(plan.phases[0].name == "ramped");
     CHECK(plan.phases[3].name == "sustained");
     CHECK(warmup::unreached_buckets(plan, axes, l).empty());
-    // A re-warm's least plan: the same phases and prompts, reaching the same buckets.
+    // A re-warm's least plan: the same phases, reaching the same buckets, running
+    // fewer prompt tokens (its ramp may have more prompts: the context buckets a
+    // long prefill passed through are each reached by a one-token step).
     const warmup::Plan least = warmup::make_plan(axes, l, opts, warmup::Depth::least);
     CHECK(warmup::unreached_buckets(least, axes, l).empty());
     REQUIRE(least.phases.size() == plan.phases.size());
-    for (size_t i = 0; i < plan.phases.size(); ++i) CHECK(least.phases[i].requests() == plan.phases[i].requests());
+    for (size_t i = 1; i < plan.phases.size(); ++i) CHECK(least.phases[i].requests() == plan.phases[i].requests());
+    CHECK(run_tokens(least.phases[0]) <= run_tokens(plan.phases[0]));
+    // Only the least plan leaves a prefix unwritten, and each such prompt runs its last token.
+    for (const auto& w : plan.phases[0].waves) CHECK(w.front().unwritten_prefix == 0);
+    for (const auto& ph : least.phases)
+      for (const auto& w : ph.waves)
+        for (const auto& q : w) CHECK((q.unwritten_prefix == 0 || q.unwritten_prefix == q.prompt_tokens - 1));
     CHECK(plan.phases[1].requests() <= l.max_num_seqs);
     for (const auto& ph : plan.phases)
       for (const auto& w : ph.waves)
@@ -69,6 +85,34 @@ TEST_CASE("warm-up plan: every configuration's plan reaches every bucket and fit
       return a.size() * a.front().prompt_tokens < b.size() * b.front().prompt_tokens;
     }));
   }
+}
+
+TEST_CASE("warm-up plan: a re-warm reaches the top context bucket without prefilling the long prompt") {
+  const auto l = limits(8192, 64, 2048);  // the default configuration on the default model
+  const auto axes = axes_of(l);
+  const warmup::WarmupOptions opts;
+  const warmup::Plan full = warmup::make_plan(axes, l, opts);
+  const warmup::Plan least = warmup::make_plan(axes, l, opts, warmup::Depth::least);
+  const auto& longest = least.phases[0].waves.back().front();  // ramped steps grow: it runs one token
+  CHECK(longest.prompt_tokens == 4097);
+  CHECK(longest.unwritten_prefix == 4096);
+  CHECK(run_tokens(full.phases[0]) == 6144);  // 4097 + 1024 + 512 + ... + 1 (the 2048-token step is the long prompt's)
+  // The long prompt runs one token, and the burst's and concurrent-long's first
+  // steps (512 and 2048 tokens) need no ramp prompts of their own.
+  CHECK(run_tokens(least.phases[0]) * 4 < run_tokens(full.phases[0]));
+  // The sustained phase's 100-token prompt is in the 128 bucket but does not
+  // count for it: add[128 x 576] lies in a power of two that add[100 x 576] does
+  // not reach. The ramp keeps its 128-token prompt.
+  std::set<int> ramp_prompts;
+  for (const auto& w : least.phases[0].waves) ramp_prompts.insert(w.front().prompt_tokens);
+  CHECK(ramp_prompts.count(128));
+  CHECK(!ramp_prompts.count(2048));  // the concurrent-long prompts' first step is 2048 tokens
+  CHECK(warmup::unreached_buckets(least, axes, l).empty());
+  // Without its unwritten prefix, the same request would not be the plan's: the
+  // bucket accounting starts where the run starts.
+  warmup::Plan cut = least;
+  cut.phases[0].waves.pop_back();
+  CHECK(warmup::unreached_buckets(cut, axes, l) == std::vector<std::string>{"context bucket 8192"});
 }
 
 TEST_CASE("warm-up plan: a configuration that widens the shape space is caught") {
@@ -219,6 +263,7 @@ TEST_CASE("warm-up run: on a backend that captures, the gate needs every graph s
   const warmup::Plan plan = warmup::make_plan(eng.shape_axes(), l, opts, warmup::Depth::least);
   CHECK(warmup::unreached_buckets(plan, eng.shape_axes(), l).empty());
   const warmup::Report report = warmup::run_plan(eng, plan, reachable, opts);
+  INFO(report.failure);
   INFO(warmup::summarize(report));
   CHECK(report.passed());
   CHECK(report.keys_covered == reachable.size());
