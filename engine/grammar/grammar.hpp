@@ -41,6 +41,7 @@ enum class Kind : uint8_t {
   Sequence,  // several nodes, one after another, nothing between them
   Tagged,    // one of several literal heads, then the node that head selects
   Repeat,    // one node, then any number of another (a later item with its separator)
+  Text,      // free text, until a tag (literals[0]) ends it and options[0] follows
 };
 
 struct Property {
@@ -73,6 +74,7 @@ struct Node {
 
   // Union: nodes whose `first` sets do not overlap. Sequence: the parts, in
   // order. Tagged: the node after each head (literals[i] selects options[i]).
+  // Text: the node after its tag.
   std::vector<int> options;
 
   // Tagged: `literals` are the heads, none a prefix of another (so the head

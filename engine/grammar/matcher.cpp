@@ -95,6 +95,7 @@ class Run {
         case Kind::Sequence: o = sequence(f, n); break;
         case Kind::Tagged: o = tagged(f, n, c); break;
         case Kind::Repeat: o = repeat(f, n, c); break;
+        case Kind::Text: o = text(f, n, c); break;
       }
       if (o != Outcome::Again) return o == Outcome::Take;
     }
@@ -332,11 +333,38 @@ class Run {
   }
 
   // Each part begins where the one before ended; the byte goes to the part.
+  // The last part takes the sequence's frame, so a sequence that ends in a
+  // loop back (free text, a call, free text, ...) does not deepen the stack.
   Outcome sequence(Frame& f, const Node& n) {
     f.phase = kPartsBegun;
-    if (static_cast<size_t>(f.count) < n.options.size()) return child(n.options[static_cast<size_t>(f.count++)]);
-    s_.pop();  // every part written: the byte is for what follows
+    const size_t at = static_cast<size_t>(f.count);
+    if (at + 1 == n.options.size()) {
+      f = fresh(n.options[at]);
+      return Outcome::Again;
+    }
+    if (at < n.options.size()) return ++f.count, child(n.options[at]);
+    s_.pop();  // no parts: the byte is for what follows
     return Outcome::Again;
+  }
+
+  // Any byte; the tag, once written whole, ends the text and the frame becomes
+  // the node after it. f.count: how much of the tag the text now ends with.
+  static Outcome text(Frame& f, const Node& n, uint8_t c) {
+    const std::string& tag = n.literals[0];
+    size_t k = static_cast<size_t>(f.count);
+    f.phase = kLitMatch;
+    if (static_cast<uint8_t>(tag[k]) == c) {
+      ++k;
+    } else {
+      // The longest start of the tag that the text (tag[0, k) then c) ends with.
+      size_t j = k;
+      for (; j > 0; --j)
+        if (static_cast<uint8_t>(tag[j - 1]) == c && tag.compare(0, j - 1, tag, k - j + 1, j - 1) == 0) break;
+      k = j;
+    }
+    if (k == tag.size()) f = fresh(n.options[0]);
+    else f.count = static_cast<int32_t>(k);
+    return Outcome::Take;
   }
 
   // A head matched like a literal; the head that ends is the only one left
@@ -395,7 +423,12 @@ class Run {
 bool whole(const Grammar& g, const Frame& f) {
   const Node& n = g.nodes[static_cast<size_t>(f.node)];
   switch (n.kind) {
-    case Kind::Sequence: return f.phase == kPartsBegun && static_cast<size_t>(f.count) == n.options.size();
+    case Kind::Sequence:  // the parts not yet begun may be empty (free text)
+      if (f.phase != kPartsBegun) return false;
+      for (size_t i = static_cast<size_t>(f.count); i < n.options.size(); ++i)
+        if (g.nodes[static_cast<size_t>(n.options[i])].kind != Kind::Text) return false;
+      return true;
+    case Kind::Text: return true;
     case Kind::Repeat: return f.phase == kPartsBegun && f.count >= n.min_items;
     case Kind::Number:
     case Kind::Integer: return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac;
@@ -433,7 +466,8 @@ bool Matcher::accept(std::string_view bytes) {
 }
 
 // Objects, arrays and strings end with a byte of their own, so below a value in
-// progress only a sequence's last part or a repetition can end with it.
+// progress only a sequence (the rest of its parts free text) or a repetition
+// can end with it.
 bool Matcher::can_end() const {
   return std::all_of(stack_.begin(), stack_.end(), [&](const Frame& f) { return whole(*g_, f); });
 }
@@ -453,6 +487,14 @@ int Matcher::string_room() const {
   const Node& n = g_->nodes[static_cast<size_t>(f.node)];
   if (n.kind != Kind::String || f.phase != kStrBody || f.hex > 0) return -1;
   return n.max_length - f.count;
+}
+
+int Matcher::free_text_tag() const {
+  if (stack_.empty()) return -1;
+  const Frame& f = stack_.back();
+  const Node& n = g_->nodes[static_cast<size_t>(f.node)];
+  if (n.kind != Kind::Text || f.count != 0) return -1;
+  return static_cast<uint8_t>(n.literals[0][0]);
 }
 
 }  // namespace inferd::engine::grammar

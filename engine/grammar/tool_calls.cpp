@@ -7,6 +7,7 @@
 namespace inferd::engine::grammar {
 namespace {
 
+constexpr std::string_view kTag = "<tool_call>";
 constexpr std::string_view kOpen = "<tool_call>\n{\"name\": \"";
 constexpr std::string_view kArguments = "\", \"arguments\": ";
 constexpr std::string_view kClose = "}\n</tool_call>";
@@ -50,15 +51,12 @@ Node tagged(std::vector<std::string> heads, const std::vector<int>& bodies) {
   return n;
 }
 
-}  // namespace
-
-Grammar tool_calls_grammar(const std::vector<ToolGrammar>& tools, int min_calls, int max_calls) {
+// Each tool's arguments then the block's end, one node per tool (in order),
+// after checking the tools as tool_calls_grammar promises.
+std::vector<int> call_bodies(Grammar& g, const std::vector<ToolGrammar>& tools) {
   if (tools.empty()) throw std::invalid_argument("tool calls need at least one tool");
   if (tools.size() > static_cast<size_t>(kMaxChoices))
     throw std::invalid_argument("more than " + std::to_string(kMaxChoices) + " tools");
-  if (min_calls < 1 || (max_calls >= 0 && max_calls < min_calls))
-    throw std::invalid_argument("tool calls need 1 <= min_calls <= max_calls");
-  Grammar g;
   std::vector<std::string> names;
   std::vector<int> bodies;
   for (const ToolGrammar& t : tools) {
@@ -75,20 +73,49 @@ Grammar tool_calls_grammar(const std::vector<ToolGrammar>& tools, int min_calls,
     body.options = {args, add(g, literal(kClose))};
     bodies.push_back(add(g, std::move(body)));
   }
-  std::vector<std::string> first, later;
-  for (const auto& name : names) {
-    const std::string head = std::string(kOpen) + name + std::string(kArguments);
-    first.push_back(head);
-    later.push_back(std::string(kSeparator) + head);
-  }
+  return bodies;
+}
+
+// Each tool's head: what leads to its arguments, after `lead`.
+std::vector<std::string> heads(const std::vector<ToolGrammar>& tools, std::string_view lead) {
+  std::vector<std::string> out;
+  for (const ToolGrammar& t : tools) out.push_back(std::string(lead) + t.name + std::string(kArguments));
+  return out;
+}
+
+}  // namespace
+
+Grammar tool_calls_grammar(const std::vector<ToolGrammar>& tools, int min_calls, int max_calls) {
+  if (min_calls < 1 || (max_calls >= 0 && max_calls < min_calls))
+    throw std::invalid_argument("tool calls need 1 <= min_calls <= max_calls");
+  Grammar g;
+  const std::vector<int> bodies = call_bodies(g, tools);
   Node calls;
   calls.kind = Kind::Repeat;
-  calls.items = add(g, tagged(std::move(first), bodies));
-  calls.values = add(g, tagged(std::move(later), bodies));
+  calls.items = add(g, tagged(heads(tools, kOpen), bodies));
+  calls.values = add(g, tagged(heads(tools, std::string(kSeparator) + std::string(kOpen)), bodies));
   calls.first = g.nodes[static_cast<size_t>(calls.items)].first;
   calls.min_items = min_calls;
   calls.max_items = max_calls;
   g.root = add(g, std::move(calls));
+  return g;
+}
+
+Grammar tool_calls_in_text_grammar(const std::vector<ToolGrammar>& tools) {
+  Grammar g;
+  const std::vector<int> bodies = call_bodies(g, tools);
+  // text -> tag -> call -> text -> ...: the text node is the root and what follows every call.
+  Node text;
+  text.kind = Kind::Text;
+  text.first.set();
+  text.literals = {std::string(kTag)};
+  const int root = add(g, std::move(text));
+  Node after;
+  after.kind = Kind::Sequence;
+  after.options = {add(g, tagged(heads(tools, kOpen.substr(kTag.size())), bodies)), root};
+  after.first = g.nodes[static_cast<size_t>(after.options[0])].first;
+  g.nodes[static_cast<size_t>(root)].options = {add(g, std::move(after))};
+  g.root = root;
   return g;
 }
 

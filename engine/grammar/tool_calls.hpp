@@ -25,4 +25,10 @@ struct ToolGrammar {
 // kMaxChoices tools, a repeated or empty name, or parameters that are not an object.
 Grammar tool_calls_grammar(const std::vector<ToolGrammar>& tools, int min_calls, int max_calls);
 
+// Free text in which every <tool_call> block is a call to one of `tools`, as
+// above (tool_choice auto with strict tools): the text is free until the
+// model writes the tag, the call is held to the grammar, and free text may
+// follow. Throws as tool_calls_grammar does.
+Grammar tool_calls_in_text_grammar(const std::vector<ToolGrammar>& tools);
+
 }  // namespace inferd::engine::grammar

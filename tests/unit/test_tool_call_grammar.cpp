@@ -198,3 +198,65 @@ TEST_CASE("tool call grammar: the token mask equals trying every token") {
     if (i < doc.size()) REQUIRE(m.accept(doc.substr(i, 1)));
   }
 }
+
+TEST_CASE("tool call grammar in free text (tool_choice auto with strict tools)") {
+  std::vector<g::ToolGrammar> tools;
+  tools.push_back({"get_weather", g::compile_json_schema(json::parse(kWeather), true)});
+  tools.push_back({"get_time", g::any_json_object()});
+  const auto gr = std::make_shared<const g::Grammar>(g::tool_calls_in_text_grammar(tools));
+  const std::string weather = call("get_weather", R"({"city": "Paris"})");
+  // Free text alone, empty or not, and calls anywhere in it.
+  CHECK(matches(gr, ""));
+  CHECK(matches(gr, "It is sunny <tool_ in Paris, <b>really</b> <<tool_call"));
+  CHECK(matches(gr, weather));
+  CHECK(matches(gr, "Let me check.\n" + weather + "\nand\n" + call("get_time", R"({"any": [1]})") + " done"));
+  CHECK(matches(gr, "<<tool_call>" + weather.substr(11)));  // the tag after a stray '<'
+  CHECK(matches(gr, "<tool_<tool_call>" + weather.substr(11)));
+  for (int n = 0; n < 20; ++n) CHECK(matches(gr, std::string(static_cast<size_t>(n), 'x') + weather + "\n"));
+  // Once the tag is written, the call is held to the grammar.
+  CHECK_FALSE(matches(gr, "<tool_call>"));  // an open call cannot end
+  CHECK_FALSE(matches(gr, "ok <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  CHECK_FALSE(matches(gr, "ok <tool_call>\n{\"name\": \"get_news\", \"arguments\": {}}\n</tool_call>"));
+  CHECK_FALSE(matches(gr, "ok <tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>"));
+  CHECK_FALSE(matches(gr, call("get_time", "[]")));
+  // Many calls keep the stack flat (a call returns to the text it began in).
+  std::string many;
+  for (int i = 0; i < 100; ++i) many += "call " + weather + "\n";
+  CHECK(matches(gr, many));
+  // After a whole call the text may end or go on.
+  g::Matcher m(gr);
+  REQUIRE(m.accept("a " + weather));
+  CHECK(m.can_end());
+  CHECK_FALSE(m.finished());
+}
+
+TEST_CASE("tool call grammar in free text: the token mask equals trying every token") {
+  const std::vector<std::string> vocab = {"",        "<",  "tool", "_call", ">\n", "<tool_call>", "\n",    "{\"", "name",
+                                          "\": \"",  "get", "_weather", "_time", "\", \"", "arguments", "\": {",
+                                          "city", "Paris", "\"}", "}\n", "</", "tool_call", ">", "\n<", "{", "}",
+                                          "\"", " ", "Hi", " there", "\xC3", "\xA9", "<tool", "\n</tool_call>"};
+  const int32_t eos = 0;
+  g::TokenIndex index(vocab);
+  std::vector<g::ToolGrammar> tools;
+  tools.push_back({"get_weather", g::compile_json_schema(json::parse(kWeather), true)});
+  const auto gr = std::make_shared<const g::Grammar>(g::tool_calls_in_text_grammar(tools));
+  const std::string weather = call("get_weather", R"({"city": "Paris"})");
+  const std::string doc = "Hi \xC3\xA9 <tool " + weather + " there";
+  g::Matcher m(gr);
+  g::TokenSet got;
+  const std::vector<int32_t> stops = {eos};
+  const size_t open = doc.find("<tool_call>") + 11, close = doc.find("</tool_call>") + 12;
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    const size_t n = index.allowed(m, stops, got);
+    size_t expected = 0;
+    for (size_t id = 0; id < vocab.size(); ++id) {
+      const bool want = id == static_cast<size_t>(eos) ? m.can_end() : m.accepts(vocab[id]);
+      expected += want;
+      CHECK_MESSAGE(g::contains(got, static_cast<int32_t>(id)) == want, "after `", doc.substr(0, i), "`: token `",
+                    vocab[id], "`");
+    }
+    CHECK(n == expected);
+    CHECK(g::contains(got, eos) == (i < open || i >= close));  // no stop inside a call
+    if (i < doc.size()) REQUIRE(m.accept(doc.substr(i, 1)));
+  }
+}
