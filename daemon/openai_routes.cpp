@@ -147,7 +147,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
           if (req_.logprobs()) c.acc.logprobs.emplace();
           if (req_.api == Api::Chat) {
             // Calls forced from the first byte leave no room for reasoning before them.
-            if (api_->reasoning != ReasoningFormat::None && !req_.chat.call_grammar) c.reasoning.emplace(api_->reasoning);
+            if (api_->reasoning != ReasoningFormat::None && !req_.chat.calls_only)
+              c.reasoning.emplace(api_->reasoning);
             if (req_.chat.parse_tool_calls) c.tools.emplace();
           }
 

@@ -340,13 +340,19 @@ ToolChoice parse_tool_choice(const json::object& body, const std::vector<Tool>& 
 
 // The grammar of calls to `tools` (all, or only `named`): each tool's
 // arguments compiled from its parameters; what the compiler cannot enforce
-// is refused naming the field below `parameters`.
+// is refused naming the field below `parameters`. `in_text` (auto): free text
+// around the calls, and only strict tools' arguments held to their schema
+// (the others' to any JSON object).
 std::shared_ptr<const engine::grammar::Grammar> call_grammar(const std::vector<Tool>& tools, const std::string& named,
-                                                             int max_calls) {
+                                                             int max_calls, bool in_text) {
   namespace g = engine::grammar;
   std::vector<g::ToolGrammar> calls;
   for (const Tool& t : tools) {
     if (!named.empty() && t.name != named) continue;
+    if (in_text && !t.strict) {
+      calls.push_back({t.name, g::any_json_object()});
+      continue;
+    }
     // No parameters: the function takes none, so its arguments are {}.
     static const json::value kNone = json::object{{"type", "object"}, {"additionalProperties", false}};
     const json::value& schema = t.parameters ? *t.parameters : kNone;
@@ -362,7 +368,8 @@ std::shared_ptr<const engine::grammar::Grammar> call_grammar(const std::vector<T
   }
   if (calls.size() > static_cast<size_t>(g::kMaxChoices))
     invalid("tools", "`tool_choice` `required` takes at most " + std::to_string(g::kMaxChoices) + " tools");
-  return std::make_shared<const g::Grammar>(g::tool_calls_grammar(calls, 1, max_calls));
+  return std::make_shared<const g::Grammar>(in_text ? g::tool_calls_in_text_grammar(calls)
+                                                   : g::tool_calls_grammar(calls, 1, max_calls));
 }
 
 ChatExtras parse_chat_extras(const json::object& body) {
@@ -372,15 +379,13 @@ ChatExtras parse_chat_extras(const json::object& body) {
   const ToolChoice choice = parse_tool_choice(body, tools, named);
   x.parse_tool_calls = choice != ToolChoice::None;
   x.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
-  if (choice == ToolChoice::Auto)
-    for (const Tool& t : tools)
-      if (t.strict)
-        invalid(t.param + ".strict", backticked(t.param + ".strict") +
-                                         " (arguments constrained to the schema) works with `tool_choice` `required` "
-                                         "or a named function, not with `auto`");
   // A named function is one call; required is one or more (one without parallel calls).
-  if (choice == ToolChoice::Required || choice == ToolChoice::Named)
-    x.call_grammar = call_grammar(tools, named, choice == ToolChoice::Named || !x.parallel_tool_calls ? 1 : -1);
+  x.calls_only = choice == ToolChoice::Required || choice == ToolChoice::Named;
+  if (x.calls_only)
+    x.call_grammar = call_grammar(tools, named, choice == ToolChoice::Named || !x.parallel_tool_calls ? 1 : -1, false);
+  // auto: the text is free, but a call the model writes to a strict tool is held to its schema.
+  if (choice == ToolChoice::Auto && std::any_of(tools.begin(), tools.end(), [](const Tool& t) { return t.strict; }))
+    x.call_grammar = call_grammar(tools, {}, -1, true);
   // tool_choice none: the model is not told about the tools at all.
   if (x.parse_tool_calls)
     for (Tool& t : tools) x.template_options.tools.push_back(std::move(t.text));
@@ -634,7 +639,8 @@ GenerateRequest parse_chat_request(const json::object& body) {
   if (r.chat.call_grammar) {
     if (r.grammar)
       invalid("response_format", "`response_format` other than `text` cannot be combined with `tool_choice` "
-                                 "`required` or a named function: the output is tool calls");
+                                 "`required`, a named function or a strict tool: the output is held to the calls' "
+                                 "grammar");
     r.grammar = r.chat.call_grammar;
   }
   // Some models' <tool_call> tags are special tokens: skipping those would hide

@@ -40,8 +40,10 @@ struct ChatExtras {
   bool parse_tool_calls = false;  // tools given and tool_choice not none: the output is searched for calls
   bool parallel_tool_calls = true;  // false: only the first call is returned
   // tool_choice required or a named function: the output is calls only, in this
-  // grammar (engine/grammar/tool_calls.hpp); null otherwise.
+  // grammar (engine/grammar/tool_calls.hpp); auto with a strict tool: free text
+  // whose calls are held to it; null otherwise.
   std::shared_ptr<const engine::grammar::Grammar> call_grammar;
+  bool calls_only = false;  // required or named: nothing but calls
 };
 
 // One /v1/chat/completions or /v1/completions request.

@@ -79,8 +79,9 @@ BAD = [
      "`get_time`, which is not among `tools`"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function"}}, "tool_choice.function", "required"),
     ({"tool_choice": "required"}, "tool_choice", "tools"),
-    ({"tools": [{"type": "function", "function": {**WEATHER["function"], "strict": True}}]},
-     "tools[0].function.strict", "`required` or a named function"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+        "type": "object", "properties": {"day": {"type": "string", "format": "date"}}}}}]},
+     "tools[0].function.parameters.properties.day.format", "`format` is not supported"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]+$"}}}}}],
       "tool_choice": "required"}, "tools[0].function.parameters.properties.zip.pattern", "`pattern` is not supported"),
@@ -304,3 +305,26 @@ def test_forced_calls_validate_streaming_and_not(daemon, client, choice, one):
         if c.finish_reason == "tool_calls":
             check_calls([{"name": t.function.name, "arguments": t.function.arguments} for t in c.message.tool_calls])
             assert not one or len(c.message.tool_calls) == 1
+
+
+def test_strict_tool_under_auto(daemon, client):
+    """auto with a strict tool: the text stays free, and a call the model writes
+    is held to the tool's schema (here a second required property the few-shot
+    calls never had), streaming and not."""
+    kw = dict(model=daemon_model(daemon), messages=FEW_SHOT, tools=[STRICT_WEATHER], max_tokens=100, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls"
+    calls = [{"name": t.function.name, "arguments": t.function.arguments} for t in c.message.tool_calls]
+    check_calls(calls)
+    assert [json.loads(t["arguments"])["city"] for t in calls] == ["Madrid"]
+    content, scalls, finish, _ = streamed(client, **kw)
+    assert (content, finish) == ("", "tool_calls")
+    assert [scalls[i] for i in sorted(scalls)] == calls
+    # A question the model answers in text is still answered in text.
+    r = client.chat.completions.create(model=daemon_model(daemon), messages=[{"role": "user", "content": "Say hello."}],
+                                       tools=[STRICT_WEATHER], max_tokens=12, **GREEDY)
+    c = r.choices[0]
+    assert c.message.content or c.message.tool_calls
+    for t in c.message.tool_calls or []:
+        jsonschema.validate(json.loads(t.function.arguments), SCHEMAS[t.function.name])

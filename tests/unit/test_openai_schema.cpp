@@ -222,6 +222,7 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
   r = oa::parse_chat_request(body(two + R"("tool_choice": "required"})"));
   CHECK(r.chat.parse_tool_calls);
   CHECK(r.grammar == r.chat.call_grammar);
+  CHECK(r.chat.calls_only);
   CHECK(r.chat.template_options.tools.size() == 2);
   CHECK(calls(r.grammar).kind == g::Kind::Repeat);
   CHECK(calls(r.grammar).max_items == -1);
@@ -233,8 +234,19 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
   CHECK(r.grammar->nodes[static_cast<size_t>(calls(r.grammar).items)].literals ==
         std::vector<std::string>{"<tool_call>\n{\"name\": \"now\", \"arguments\": "});
   CHECK(r.chat.template_options.tools.size() == 2);
-  // auto and none need no grammar (strict is fine under none: the tools are not shown).
+  // none needs no grammar, nor does auto without strict tools.
   CHECK(oa::parse_chat_request(body(two + R"("tool_choice": "none"})")).grammar == nullptr);
+  CHECK(oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" + weather +
+                                    "]}")).grammar == nullptr);
+  // auto with a strict tool: free text whose calls are held to the grammar; the
+  // other tools' arguments are any object, so their schemas are not compiled.
+  r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)"
+                                  R"({"type": "function", "function": {"name": "loose", "parameters": {"type": "object",
+                                      "properties": {"d": {"type": "string", "format": "date"}}}}},)"
+                                  R"({"type": "function", "function": {"name": "now", "strict": true}}]})"));
+  CHECK(calls(r.grammar).kind == g::Kind::Text);
+  CHECK_FALSE(r.chat.calls_only);
+  CHECK(r.chat.parse_tool_calls);
 
   // The tokenize route reads the same fields.
   auto t = oa::parse_tokenize_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" +
@@ -261,9 +273,10 @@ TEST_CASE("chat request: bad tool fields name their param") {
            "tools[0].function.description", "string");
   bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])"),
            "tools[0].function.parameters", "schema");
-  // strict is enforced where the output is calls only, not where free text may switch into one.
-  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "strict": true}}])"),
-           "tools[0].function.strict", "`required` or a named function");
+  // strict under auto: the strict tool's schema is compiled, so what it cannot enforce is refused.
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "strict": true, "parameters": {
+      "type": "object", "properties": {"x": {"type": "string", "format": "date"}}}}}])"),
+           "tools[0].function.parameters.properties.x.format", "`format` is not supported");
   bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}])"),
            "tools[0].function.strict", "boolean");
   const std::string tool = R"("tools": [{"type": "function", "function": {"name": "f"}}], )";
