@@ -367,7 +367,8 @@ std::shared_ptr<const engine::grammar::Grammar> call_grammar(const std::vector<T
       invalid(pparam, backticked(pparam) + " must describe an object (the arguments of a call)");
   }
   if (calls.size() > static_cast<size_t>(g::kMaxChoices))
-    invalid("tools", "`tool_choice` `required` takes at most " + std::to_string(g::kMaxChoices) + " tools");
+    invalid("tools", "constrained tool calls (`tool_choice` `required`, a named function or a strict tool) "
+                     "take at most " + std::to_string(g::kMaxChoices) + " tools");
   return std::make_shared<const g::Grammar>(in_text ? g::tool_calls_in_text_grammar(calls)
                                                    : g::tool_calls_grammar(calls, 1, max_calls));
 }

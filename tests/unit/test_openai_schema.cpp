@@ -299,6 +299,11 @@ TEST_CASE("chat request: bad tool fields name their param") {
       "tool_choice": "required")"), "tools[0].function.parameters", "object");
   bad_chat(with(tool + R"("tool_choice": "required", "response_format": {"type": "json_object"})"),
            "response_format", "tool_choice");
+  std::string many = R"("tools": [)";
+  for (int i = 0; i < 65; ++i)
+    many += (i ? ", " : "") + std::string(R"({"type": "function", "function": {"name": "f)") + std::to_string(i) + "\"}}";
+  CHECK_NOTHROW(oa::parse_chat_request(body(with(many + "]"))));  // auto: no grammar, no bound
+  bad_chat(with(many + R"(], "tool_choice": "required")"), "tools", "at most 64 tools");
   bad_chat(with(R"("tool_choice": "auto")"), "tool_choice", "needs `tools`");
   bad_chat(with(tool + R"("parallel_tool_calls": "yes")"), "parallel_tool_calls", "boolean");
   bad_chat(with(R"("chat_template_kwargs": [])"), "chat_template_kwargs", "object");
