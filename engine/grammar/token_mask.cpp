@@ -52,9 +52,10 @@ TokenIndex::TokenIndex(std::vector<std::string> bytes) : bytes_(std::move(bytes)
     const auto id = static_cast<int32_t>(i);
     set(text_, id);
     std::bitset<256> in;
-    for (char c : b) in.set(static_cast<uint8_t>(c));
-    for (size_t c = 0; c < 256; ++c)
-      if (in[c]) with_byte_[c].push_back(id);
+    for (char ch : b) {
+      const auto c = static_cast<uint8_t>(ch);
+      if (!in[c]) in.set(c), with_byte_[c].push_back(id);
+    }
     by_first_[static_cast<uint8_t>(b[0])].push_back(id);
     if (plain(b)) {
       set(plain_, id);
