@@ -154,6 +154,12 @@ def test_reasoning_split_on_real_output(start_daemon):
                     content += c["delta"].get("content") or ""
     assert reasoning == whole["reasoning_content"]
     assert content == ""
+    # Forced calls begin at the first token: the reasoning parser leaves them alone.
+    forced = d.post("/v1/chat/completions", json={**body, "tools": [WEATHER], "tool_choice": "required",
+                                                  "parallel_tool_calls": False, "max_tokens": 60}).json()["choices"][0]
+    assert forced["finish_reason"] == "tool_calls"
+    assert "reasoning_content" not in forced["message"]
+    assert [t["function"]["name"] for t in forced["message"]["tool_calls"]] == ["get_weather"]
 
 
 # ---- calls the model writes ----
