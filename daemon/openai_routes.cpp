@@ -146,7 +146,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
           }
           if (req_.logprobs()) c.acc.logprobs.emplace();
           if (req_.api == Api::Chat) {
-            if (api_->reasoning != ReasoningFormat::None) c.reasoning.emplace(api_->reasoning);
+            // Calls forced from the first byte leave no room for reasoning before them.
+            if (api_->reasoning != ReasoningFormat::None && !req_.chat.calls_only)
+              c.reasoning.emplace(api_->reasoning);
             if (req_.chat.parse_tool_calls) c.tools.emplace();
           }
 

@@ -12,6 +12,7 @@
 
 #include "daemon/json_error.hpp"
 #include "engine/grammar/json_schema.hpp"
+#include "engine/grammar/tool_calls.hpp"
 
 namespace inferd::daemon::openai {
 
@@ -260,15 +261,22 @@ const json::object& object_field(const json::object& o, std::string_view key, co
   return v->get_object();
 }
 
-// tools: [{"type": "function", "function": {"name", "description", "parameters"}}],
-// each kept as its JSON text for the template.
-std::vector<std::string> parse_tools(const json::object& body) {
+// One entry of `tools`, as parsed.
+struct Tool {
+  std::string text;  // the definition's JSON text, for the template
+  std::string name;
+  const json::value* parameters = nullptr;  // a schema object, or null (no parameters)
+  bool strict = false;
+  std::string param;  // "tools[i].function"
+};
+
+// tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}].
+std::vector<Tool> parse_tools(const json::object& body) {
   const json::value* v = find(body, "tools");
   if (!v) return {};
   if (!v->is_array()) invalid("tools", "`tools` must be an array, got " + kind_of(*v));
   const json::array& a = v->get_array();
-  std::vector<std::string> out;
-  std::vector<std::string> names;
+  std::vector<Tool> out;
   for (size_t i = 0; i < a.size(); ++i) {
     const std::string param = "tools[" + std::to_string(i) + "]";
     if (!a[i].is_object()) invalid(param, backticked(param) + " must be an object, got " + kind_of(a[i]));
@@ -277,50 +285,111 @@ std::vector<std::string> parse_tools(const json::object& body) {
     if (!type) invalid(param + ".type", backticked(param + ".type") + " is required");
     if (as_string(*type, param + ".type") != "function")
       invalid(param + ".type", backticked(param + ".type") + " must be `function`");
-    const std::string fparam = param + ".function";
+    Tool tool;
+    tool.param = param + ".function";
+    const std::string& fparam = tool.param;
     const json::object& f = object_field(t, "function", fparam);
     const json::value* name = find(f, "name");
     if (!name) invalid(fparam + ".name", backticked(fparam + ".name") + " is required");
-    const std::string n = as_string(*name, fparam + ".name");
-    check_function_name(n, fparam + ".name");
-    if (std::find(names.begin(), names.end(), n) != names.end())
-      invalid(fparam + ".name", "two tools are named `" + n + "`");
-    names.push_back(n);
+    tool.name = as_string(*name, fparam + ".name");
+    check_function_name(tool.name, fparam + ".name");
+    if (std::any_of(out.begin(), out.end(), [&](const Tool& x) { return x.name == tool.name; }))
+      invalid(fparam + ".name", "two tools are named `" + tool.name + "`");
     if (const json::value* d = find(f, "description")) as_string(*d, fparam + ".description");
-    if (const json::value* p = find(f, "parameters"); p && !p->is_object())
+    tool.parameters = find(f, "parameters");
+    if (tool.parameters && !tool.parameters->is_object())
       invalid(fparam + ".parameters", backticked(fparam + ".parameters") + " must be a JSON schema object, got " +
-                                          kind_of(*p));
-    // strict means outputs forced to the schema, which needs constrained decoding.
-    if (const json::value* st = find(f, "strict"); st && as_bool(*st, fparam + ".strict"))
-      invalid(fparam + ".strict", backticked(fparam + ".strict") + " (schema-constrained arguments) is not supported by this server");
-    out.push_back(json::serialize(a[i]));
+                                          kind_of(*tool.parameters));
+    if (const json::value* st = find(f, "strict")) tool.strict = as_bool(*st, fparam + ".strict");
+    tool.text = json::serialize(a[i]);
+    out.push_back(std::move(tool));
   }
   return out;
 }
 
-// tool_choice: "none" or "auto". "required" and a named function need the
-// output constrained to a call, which this server cannot do yet.
-bool parse_tool_choice(const json::object& body, bool has_tools) {
+enum class ToolChoice { None, Auto, Required, Named };
+
+// tool_choice: "none", "auto", "required" or {"type": "function", "function":
+// {"name": ...}} naming one of `tools`; `named` gets that name.
+ToolChoice parse_tool_choice(const json::object& body, const std::vector<Tool>& tools, std::string& named) {
   const json::value* v = find(body, "tool_choice");
-  if (!v) return has_tools;
-  if (v->is_object())
-    invalid("tool_choice", "`tool_choice` naming a function is not supported by this server; use `auto` or `none`");
-  const std::string c = as_string(*v, "tool_choice");
-  if (c == "none") return false;
-  if (c == "required")
-    invalid("tool_choice", "`tool_choice` `required` is not supported by this server; use `auto` or `none`");
-  if (c != "auto") invalid("tool_choice", "`tool_choice` must be `none`, `auto`, `required` or an object, got `" + c + "`");
-  if (!has_tools) invalid("tool_choice", "`tool_choice` `auto` needs `tools`");
-  return true;
+  if (!v) return tools.empty() ? ToolChoice::None : ToolChoice::Auto;
+  if (v->is_object()) {
+    const json::object& o = v->get_object();
+    const json::value* type = find(o, "type");
+    if (!type) invalid("tool_choice.type", "`tool_choice.type` is required");
+    if (as_string(*type, "tool_choice.type") != "function")
+      invalid("tool_choice.type", "`tool_choice.type` must be `function`");
+    const json::object& f = object_field(o, "function", "tool_choice.function");
+    const json::value* name = find(f, "name");
+    if (!name) invalid("tool_choice.function.name", "`tool_choice.function.name` is required");
+    named = as_string(*name, "tool_choice.function.name");
+    if (std::none_of(tools.begin(), tools.end(), [&](const Tool& t) { return t.name == named; }))
+      invalid("tool_choice", "`tool_choice` names the function `" + named + "`, which is not among `tools`");
+    return ToolChoice::Named;
+  }
+  if (!v->is_string())
+    invalid("tool_choice", "`tool_choice` must be `none`, `auto`, `required` or an object, got " + kind_of(*v));
+  const std::string c(v->get_string());
+  if (c == "none") return ToolChoice::None;
+  if (c != "auto" && c != "required")
+    invalid("tool_choice", "`tool_choice` must be `none`, `auto`, `required` or an object, got `" + c + "`");
+  if (tools.empty()) invalid("tool_choice", "`tool_choice` `" + c + "` needs `tools`");
+  return c == "auto" ? ToolChoice::Auto : ToolChoice::Required;
+}
+
+// The grammar of calls to `tools` (all, or only `named`): each tool's
+// arguments compiled from its parameters; what the compiler cannot enforce
+// is refused naming the field below `parameters`. `in_text` (auto): free text
+// around the calls, and only strict tools' arguments held to their schema
+// (the others' to any JSON object).
+std::shared_ptr<const engine::grammar::Grammar> call_grammar(const std::vector<Tool>& tools, const std::string& named,
+                                                             int max_calls, bool in_text) {
+  namespace g = engine::grammar;
+  std::vector<g::ToolGrammar> calls;
+  for (const Tool& t : tools) {
+    if (!named.empty() && t.name != named) continue;
+    if (in_text && !t.strict) {
+      calls.push_back({t.name, g::any_json_object()});
+      continue;
+    }
+    // No parameters: the function takes none, so its arguments are {}.
+    static const json::value kNone = json::object{{"type", "object"}, {"additionalProperties", false}};
+    const json::value& schema = t.parameters ? *t.parameters : kNone;
+    const std::string pparam = t.param + ".parameters";
+    try {
+      calls.push_back({t.name, g::compile_json_schema(schema, t.strict)});
+    } catch (const g::SchemaError& e) {
+      const std::string param = pparam + (e.path.empty() ? "" : "." + e.path);
+      invalid(param, backticked(param) + ": " + e.what());
+    }
+    if (calls.back().parameters.nodes[static_cast<size_t>(calls.back().parameters.root)].kind != g::Kind::Object)
+      invalid(pparam, backticked(pparam) + " must describe an object (the arguments of a call)");
+  }
+  if (calls.size() > static_cast<size_t>(g::kMaxChoices))
+    invalid("tools", "constrained tool calls (`tool_choice` `required`, a named function or a strict tool) "
+                     "take at most " + std::to_string(g::kMaxChoices) + " tools");
+  return std::make_shared<const g::Grammar>(in_text ? g::tool_calls_in_text_grammar(calls)
+                                                   : g::tool_calls_grammar(calls, 1, max_calls));
 }
 
 ChatExtras parse_chat_extras(const json::object& body) {
   ChatExtras x;
-  std::vector<std::string> tools = parse_tools(body);
-  x.parse_tool_calls = parse_tool_choice(body, !tools.empty());
+  std::vector<Tool> tools = parse_tools(body);
+  std::string named;
+  const ToolChoice choice = parse_tool_choice(body, tools, named);
+  x.parse_tool_calls = choice != ToolChoice::None;
   x.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
+  // A named function is one call; required is one or more (one without parallel calls).
+  x.calls_only = choice == ToolChoice::Required || choice == ToolChoice::Named;
+  if (x.calls_only)
+    x.call_grammar = call_grammar(tools, named, choice == ToolChoice::Named || !x.parallel_tool_calls ? 1 : -1, false);
+  // auto: the text is free, but a call the model writes to a strict tool is held to its schema.
+  if (choice == ToolChoice::Auto && std::any_of(tools.begin(), tools.end(), [](const Tool& t) { return t.strict; }))
+    x.call_grammar = call_grammar(tools, {}, -1, true);
   // tool_choice none: the model is not told about the tools at all.
-  if (x.parse_tool_calls) x.template_options.tools = std::move(tools);
+  if (x.parse_tool_calls)
+    for (Tool& t : tools) x.template_options.tools.push_back(std::move(t.text));
   if (const json::value* k = find(body, "chat_template_kwargs")) {
     if (!k->is_object())
       invalid("chat_template_kwargs", "`chat_template_kwargs` must be an object, got " + kind_of(*k));
@@ -568,6 +637,13 @@ GenerateRequest parse_chat_request(const json::object& body) {
   r.messages = parse_messages(body);
   parse_common(body, r);
   r.chat = parse_chat_extras(body);
+  if (r.chat.call_grammar) {
+    if (r.grammar)
+      invalid("response_format", "`response_format` other than `text` cannot be combined with `tool_choice` "
+                                 "`required`, a named function or a strict tool: the output is held to the calls' "
+                                 "grammar");
+    r.grammar = r.chat.call_grammar;
+  }
   // Some models' <tool_call> tags are special tokens: skipping those would hide
   // the calls from the parser (vLLM's hermes parser does the same).
   if (r.chat.parse_tool_calls) r.skip_special_tokens = false;

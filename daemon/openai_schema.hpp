@@ -34,11 +34,16 @@ struct Prompt {
 };
 
 // What a chat request adds to its messages for the template: tools (each
-// definition as JSON text; only with tool_choice auto) and chat_template_kwargs.
+// definition as JSON text; not with tool_choice none) and chat_template_kwargs.
 struct ChatExtras {
   engine::ChatOptions template_options;
-  bool parse_tool_calls = false;  // tools given and tool_choice auto: the output is searched for calls
+  bool parse_tool_calls = false;  // tools given and tool_choice not none: the output is searched for calls
   bool parallel_tool_calls = true;  // false: only the first call is returned
+  // tool_choice required or a named function: the output is calls only, in this
+  // grammar (engine/grammar/tool_calls.hpp); auto with a strict tool: free text
+  // whose calls are held to it; null otherwise.
+  std::shared_ptr<const engine::grammar::Grammar> call_grammar;
+  bool calls_only = false;  // required or named: nothing but calls
 };
 
 // One /v1/chat/completions or /v1/completions request.
@@ -60,7 +65,8 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool skip_special_tokens = true;
-  // response_format json_object / json_schema: the output's grammar; null for text.
+  // response_format json_object / json_schema, or tool_choice required / named
+  // (chat.call_grammar): the output's grammar; null for free text.
   std::shared_ptr<const engine::grammar::Grammar> grammar;
 
   bool logprobs() const { return sampling.logprobs >= 0; }

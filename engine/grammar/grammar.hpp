@@ -10,9 +10,10 @@
 //
 // The language a Grammar accepts is a subset of what its schema allows: compact
 // JSON (one optional space after ':' and ','), properties without duplicates,
-// numbers without exponents, bounded strings and numbers. Generating a subset is
-// always valid; it keeps outputs short and makes every step's choice deterministic
-// (the alternatives of a union must begin with different bytes).
+// numbers without exponents, no escaped UTF-16 surrogates (D800 to DFFF), bounded
+// strings and numbers. Generating a subset is always valid; it keeps outputs
+// short and makes every step's choice deterministic (the alternatives of a union
+// must begin with different bytes).
 #pragma once
 #include <bitset>
 #include <cstdint>
@@ -36,6 +37,11 @@ enum class Kind : uint8_t {
   Integer,   // -12
   Literals,  // one of a list of JSON texts (enum, const, true, false, null)
   Union,     // one of several nodes, told apart by their first byte
+  // Beyond JSON values, for texts around them (tool calls, tool_calls.hpp):
+  Sequence,  // several nodes, one after another, nothing between them
+  Tagged,    // one of several literal heads, then the node that head selects
+  Repeat,    // one node, then any number of another (a later item with its separator)
+  Text,      // free text, until a tag (literals[0]) ends it and options[0] follows
 };
 
 struct Property {
@@ -66,8 +72,14 @@ struct Node {
   // Literals: compact JSON texts, e.g. "\"red\"", "3", "null"
   std::vector<std::string> literals;
 
-  // Union: nodes whose `first` sets do not overlap
+  // Union: nodes whose `first` sets do not overlap. Sequence: the parts, in
+  // order. Tagged: the node after each head (literals[i] selects options[i]).
+  // Text: the node after its tag.
   std::vector<int> options;
+
+  // Tagged: `literals` are the heads, none a prefix of another (so the head
+  // that ends is the only one left). Repeat: `items` is the first item and
+  // `values` each later one; min_items/max_items count both.
 };
 
 struct Grammar {

@@ -112,7 +112,7 @@ class Compiler {
     for (const auto& kv : o)
       if (!supported(kv.key()) && !annotation(kv.key()))
         throw SchemaError(join(path, kv.key()), "the keyword " + tick(kv.key()) +
-                                                    " is not supported in a response_format schema; supported: type, "
+                                                    " is not supported in a schema for constrained decoding; supported: type, "
                                                     "properties, required, additionalProperties, items, minItems, "
                                                     "maxItems, minLength, maxLength, enum, const, anyOf, oneOf, "
                                                     "allOf (one schema), $ref");

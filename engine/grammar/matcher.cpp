@@ -1,5 +1,6 @@
 #include "engine/grammar/matcher.hpp"
 
+#include <algorithm>
 #include <bit>
 
 namespace inferd::engine::grammar {
@@ -12,6 +13,7 @@ enum : uint8_t { kArrOpen = 1, kArrNext, kArrComma };
 enum : uint8_t { kStrBody = 1, kStrEscape, kStrHex };
 enum : uint8_t { kNumSign = 1, kNumZero, kNumInt, kNumDot, kNumFrac };
 enum : uint8_t { kLitMatch = 1 };
+enum : uint8_t { kPartsBegun = 1 };  // Sequence and Repeat: count parts or items begun
 
 // What a frame did with a byte: took it, refused it, or left it for the frame
 // now on top (a value that ended before it, a child just pushed, a union resolved).
@@ -90,6 +92,10 @@ class Run {
         case Kind::Integer: o = number(f, n, c); break;
         case Kind::Literals: o = literals(f, n, c); break;
         case Kind::Union: o = choose(f, n, c); break;
+        case Kind::Sequence: o = sequence(f, n); break;
+        case Kind::Tagged: o = tagged(f, n, c); break;
+        case Kind::Repeat: o = repeat(f, n, c); break;
+        case Kind::Text: o = text(f, n, c); break;
       }
       if (o != Outcome::Again) return o == Outcome::Take;
     }
@@ -236,6 +242,10 @@ class Run {
         return Outcome::Reject;
       case kStrHex:
         if (!hex_digit(c)) return Outcome::Reject;
+        // No escaped UTF-16 surrogates (D800 to DFFF): a lone one is refused by
+        // strict JSON parsers, and characters past U+FFFF can be written as UTF-8.
+        if (f.hex == 0) f.prop = c;
+        if (f.hex == 1 && (f.prop == 'd' || f.prop == 'D') && !(c >= '0' && c <= '7')) return Outcome::Reject;
         if (++f.hex == 4) {
           f.phase = kStrBody;
           f.hex = 0;
@@ -322,6 +332,80 @@ class Run {
     return done();  // whole, and nothing longer matches
   }
 
+  // Each part begins where the one before ended; the byte goes to the part.
+  // The last part takes the sequence's frame, so a sequence that ends in a
+  // loop back (free text, a call, free text, ...) does not deepen the stack.
+  Outcome sequence(Frame& f, const Node& n) {
+    f.phase = kPartsBegun;
+    const size_t at = static_cast<size_t>(f.count);
+    if (at + 1 == n.options.size()) {
+      f = fresh(n.options[at]);
+      return Outcome::Again;
+    }
+    if (at < n.options.size()) return ++f.count, child(n.options[at]);
+    s_.pop();  // no parts: the byte is for what follows
+    return Outcome::Again;
+  }
+
+  // Any byte; the tag, once written whole, ends the text and the frame becomes
+  // the node after it. f.count: how much of the tag the text now ends with.
+  static Outcome text(Frame& f, const Node& n, uint8_t c) {
+    const std::string& tag = n.literals[0];
+    size_t k = static_cast<size_t>(f.count);
+    f.phase = kLitMatch;
+    if (static_cast<uint8_t>(tag[k]) == c) {
+      ++k;
+    } else {
+      // The longest start of the tag that the text (tag[0, k) then c) ends with.
+      size_t j = k;
+      for (; j > 0; --j)
+        if (static_cast<uint8_t>(tag[j - 1]) == c && tag.compare(0, j - 1, tag, k - j + 1, j - 1) == 0) break;
+      k = j;
+    }
+    if (k == tag.size()) f = fresh(n.options[0]);
+    else f.count = static_cast<int32_t>(k);
+    return Outcome::Take;
+  }
+
+  // A head matched like a literal; the head that ends is the only one left
+  // (none is a prefix of another), and the frame becomes the node it selects.
+  Outcome tagged(Frame& f, const Node& n, uint8_t c) {
+    if (f.phase == kStart) {
+      f.phase = kLitMatch;
+      f.seen = first_n(n.literals.size());
+      f.count = 0;
+    }
+    const size_t at = static_cast<size_t>(f.count);
+    uint64_t left = 0;
+    for (uint64_t k = f.seen; k; k &= k - 1) {
+      const std::string& head = n.literals[static_cast<size_t>(std::countr_zero(k))];
+      if (at < head.size() && static_cast<uint8_t>(head[at]) == c) left |= k & -k;
+    }
+    if (!left) return Outcome::Reject;
+    f.seen = left;
+    ++f.count;
+    const int i = std::countr_zero(left);
+    if (n.literals[static_cast<size_t>(i)].size() == at + 1) f = fresh(n.options[static_cast<size_t>(i)]);
+    return Outcome::Take;
+  }
+
+  // Another item when the byte can begin one and the bound allows; otherwise
+  // the repetition ends before the byte, if it has enough items.
+  Outcome repeat(Frame& f, const Node& n, uint8_t c) {
+    if (f.phase == kStart) {
+      f.phase = kPartsBegun;
+      f.count = 1;
+      return child(n.items);
+    }
+    if ((n.max_items < 0 || f.count < n.max_items) && g_.nodes[static_cast<size_t>(n.values)].first[c]) {
+      ++f.count;
+      return child(n.values);
+    }
+    if (f.count < n.min_items) return Outcome::Reject;
+    s_.pop();
+    return Outcome::Again;
+  }
+
   Outcome choose(Frame& f, const Node& n, uint8_t c) {
     for (int o : n.options)
       if (g_.nodes[static_cast<size_t>(o)].first[c]) {
@@ -335,9 +419,17 @@ class Run {
   Cursor& s_;
 };
 
+// The frame's value may end here, its inner values (the frames above it) ending too.
 bool whole(const Grammar& g, const Frame& f) {
   const Node& n = g.nodes[static_cast<size_t>(f.node)];
   switch (n.kind) {
+    case Kind::Sequence:  // the parts not yet begun may be empty (free text)
+      if (f.phase != kPartsBegun) return false;
+      for (size_t i = static_cast<size_t>(f.count); i < n.options.size(); ++i)
+        if (g.nodes[static_cast<size_t>(n.options[i])].kind != Kind::Text) return false;
+      return true;
+    case Kind::Text: return true;
+    case Kind::Repeat: return f.phase == kPartsBegun && f.count >= n.min_items;
     case Kind::Number:
     case Kind::Integer: return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac;
     case Kind::Literals:
@@ -373,7 +465,12 @@ bool Matcher::accept(std::string_view bytes) {
   return true;
 }
 
-bool Matcher::can_end() const { return stack_.empty() || (stack_.size() == 1 && whole(*g_, stack_.back())); }
+// Objects, arrays and strings end with a byte of their own, so below a value in
+// progress only a sequence (the rest of its parts free text) or a repetition
+// can end with it.
+bool Matcher::can_end() const {
+  return std::all_of(stack_.begin(), stack_.end(), [&](const Frame& f) { return whole(*g_, f); });
+}
 
 bool Matcher::finished() const {
   if (!can_end()) return false;
@@ -390,6 +487,14 @@ int Matcher::string_room() const {
   const Node& n = g_->nodes[static_cast<size_t>(f.node)];
   if (n.kind != Kind::String || f.phase != kStrBody || f.hex > 0) return -1;
   return n.max_length - f.count;
+}
+
+int Matcher::free_text_tag() const {
+  if (stack_.empty()) return -1;
+  const Frame& f = stack_.back();
+  const Node& n = g_->nodes[static_cast<size_t>(f.node)];
+  if (n.kind != Kind::Text || f.count != 0) return -1;
+  return static_cast<uint8_t>(n.literals[0][0]);
 }
 
 }  // namespace inferd::engine::grammar

@@ -40,6 +40,10 @@ class Matcher {
   // character begun): how many more characters it takes; -1 elsewhere. The
   // token mask's fast path: tokens of plain, whole characters need no trial.
   int string_room() const;
+  // In free text (Kind::Text) with no part of its tag at the end: the tag's
+  // first byte, as 0-255; -1 elsewhere. The token mask's other fast path: a
+  // token without that byte keeps the text free, so it needs no trial.
+  int free_text_tag() const;
 
   const Grammar& grammar() const { return *g_; }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <bitset>
 #include <limits>
 
 namespace inferd::engine::grammar {
@@ -38,15 +39,23 @@ size_t chars(const std::string& b) {
 }
 
 void set(TokenSet& s, int32_t id) { s[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63); }
+void clear(TokenSet& s, int32_t id) { s[static_cast<size_t>(id) >> 6] &= ~(uint64_t{1} << (id & 63)); }
 
 }  // namespace
 
 TokenIndex::TokenIndex(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
   plain_.assign((bytes_.size() + 63) / 64, 0);
+  text_.assign((bytes_.size() + 63) / 64, 0);
   for (size_t i = 0; i < bytes_.size(); ++i) {
     const std::string& b = bytes_[i];
     if (b.empty()) continue;
     const auto id = static_cast<int32_t>(i);
+    set(text_, id);
+    std::bitset<256> in;
+    for (char ch : b) {
+      const auto c = static_cast<uint8_t>(ch);
+      if (!in[c]) in.set(c), with_byte_[c].push_back(id);
+    }
     by_first_[static_cast<uint8_t>(b[0])].push_back(id);
     if (plain(b)) {
       set(plain_, id);
@@ -78,7 +87,13 @@ TokenIndex::TokenIndex(std::vector<std::string> bytes) : bytes_(std::move(bytes)
 size_t TokenIndex::allowed(const Matcher& m, std::span<const int32_t> stop_ids, TokenSet& out) const {
   out.assign((bytes_.size() + 63) / 64, 0);
   const int room = m.string_room();
-  if (room >= 0) {
+  const int tag = m.free_text_tag();
+  if (tag >= 0) {
+    // Free text: every token, but those with the tag's first byte only if they pass.
+    out = text_;
+    for (int32_t id : with_byte_[tag])
+      if (!m.accepts(bytes(id))) clear(out, id);
+  } else if (room >= 0) {
     // Inside a string: plain tokens that fit are allowed as they are; the rest are tried.
     if (static_cast<size_t>(room) >= longest_plain_) {
       out = plain_;

@@ -3,7 +3,8 @@
 // JSON so far is whole. Trial runs are cheap (matcher.hpp) and most are skipped:
 // tokens are grouped by their first two bytes, so only groups whose first bytes
 // are accepted are tried; inside a string, tokens of plain content bytes only
-// are allowed wholesale without a trial.
+// are allowed wholesale without a trial, and in free text (tool calls under
+// tool_choice auto) every token without the first byte of the tag that ends it.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -47,6 +48,8 @@ class TokenIndex {
   std::vector<int32_t> plain_by_length_;  // the same tokens, fewest characters first
   size_t longest_plain_ = 0;              // in characters
   std::vector<int32_t> not_plain_;  // text tokens with a byte that is not plain content
+  TokenSet text_;                         // every token with text
+  std::vector<int32_t> with_byte_[256];   // text tokens in which the byte occurs
 };
 
 // Sets the logits of tokens outside `allowed` to -inf (ids past the set too).

@@ -3,10 +3,13 @@
 The request side (tools and tool turns rendered through the chat template,
 validation, tool_choice none) is checked exactly through /tokenize. The output
 parsers are checked on what the model writes at temperature 0; their every
-corner is in the unit tests (test_output_parsers.cpp).
+corner is in the unit tests (test_output_parsers.cpp). tool_choice required and
+a named function force calls by constrained decoding: their arguments are
+validated with the `jsonschema` package.
 """
 import json
 
+import jsonschema
 import openai
 import pytest
 
@@ -72,9 +75,18 @@ BAD = [
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name", "a-z"),
     ({"tools": [{"type": "function"}]}, "tools[0].function", "required"),
     ({"tools": [{"type": "retrieval", "function": {"name": "f"}}]}, "tools[0].type", "function"),
-    ({"tools": [WEATHER], "tool_choice": "required"}, "tool_choice", "not supported"),
-    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice",
-     "not supported"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice",
+     "`get_time`, which is not among `tools`"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function"}}, "tool_choice.function", "required"),
+    ({"tool_choice": "required"}, "tool_choice", "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+        "type": "object", "properties": {"day": {"type": "string", "format": "date"}}}}}]},
+     "tools[0].function.parameters.properties.day.format", "`format` is not supported"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]+$"}}}}}],
+      "tool_choice": "required"}, "tools[0].function.parameters.properties.zip.pattern", "`pattern` is not supported"),
+    ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format",
+     "tool_choice"),
     ({"tool_choice": "auto"}, "tool_choice", "tools"),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "r"}]},
      "messages[1].tool_call_id", "required"),
@@ -142,6 +154,12 @@ def test_reasoning_split_on_real_output(start_daemon):
                     content += c["delta"].get("content") or ""
     assert reasoning == whole["reasoning_content"]
     assert content == ""
+    # Forced calls begin at the first token: the reasoning parser leaves them alone.
+    forced = d.post("/v1/chat/completions", json={**body, "tools": [WEATHER], "tool_choice": "required",
+                                                  "parallel_tool_calls": False, "max_tokens": 60}).json()["choices"][0]
+    assert forced["finish_reason"] == "tool_calls"
+    assert "reasoning_content" not in forced["message"]
+    assert [t["function"]["name"] for t in forced["message"]["tool_calls"]] == ["get_weather"]
 
 
 # ---- calls the model writes ----
@@ -232,3 +250,87 @@ def test_parallel_tool_calls_false_returns_the_first_call(daemon, client):
     assert r.choices[0].finish_reason == "tool_calls"
     content, calls, finish, _ = streamed(client, **kw)
     assert (content, len(calls), finish) == ("", 1, "tool_calls")
+
+
+# ---- calls forced by tool_choice required / a named function ----
+# No few-shot turns: the grammar alone makes the model's output calls.
+
+CITY = {"type": "object", "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 30},
+                                         "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}
+STRICT_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city", "parameters": CITY, "strict": True}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The local time in a time zone",
+    "parameters": {"type": "object", "properties": {"utc_offset": {"type": "integer"},
+                                                    "label": {"type": "string", "maxLength": 20}},
+                   "required": ["utc_offset"], "additionalProperties": False}}}
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (STRICT_WEATHER, TIME)}
+
+
+def check_calls(calls):
+    """Each call names a given tool and its arguments validate against that tool's schema."""
+    assert calls
+    for call in calls:
+        jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+
+
+@pytest.mark.parametrize("choice,one", [
+    ("required", False),
+    ({"type": "function", "function": {"name": "get_time"}}, True),
+], ids=["required", "named"])
+def test_forced_calls_validate_streaming_and_not(daemon, client, choice, one):
+    kw = dict(model=daemon_model(daemon), messages=[ask(["Paris"])], tools=[STRICT_WEATHER, TIME],
+              tool_choice=choice, max_tokens=150, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls"
+    assert c.message.content is None
+    calls = [{"name": t.function.name, "arguments": t.function.arguments} for t in c.message.tool_calls]
+    check_calls(calls)
+    if one:
+        assert [t["name"] for t in calls] == ["get_time"]
+    assert all(t.id.startswith("call_") and t.type == "function" for t in c.message.tool_calls)
+    assert len({t.id for t in c.message.tool_calls}) == len(calls)
+    if choice == "required":  # strict: the properties in their declared order
+        for t in calls:
+            if t["name"] == "get_weather":
+                assert list(json.loads(t["arguments"])) == ["city", "unit"]
+
+    # Streamed: the same calls, each opening with its id, type and name.
+    content, scalls, finish, heads = streamed(client, **kw)
+    assert (content, finish) == ("", "tool_calls")
+    assert [scalls[i] for i in sorted(scalls)] == calls
+    assert [(i, tp, name, args) for i, _, tp, name, args in heads] == [
+        (i, "function", t["name"], "") for i, t in enumerate(calls)]
+
+    # Sampled, several choices: each one valid calls.
+    r = client.chat.completions.create(**{**kw, "temperature": 1.0, "seed": 11, "n": 3})
+    for c in r.choices:
+        assert c.finish_reason in ("tool_calls", "length")
+        if c.finish_reason == "tool_calls":
+            check_calls([{"name": t.function.name, "arguments": t.function.arguments} for t in c.message.tool_calls])
+            assert not one or len(c.message.tool_calls) == 1
+
+
+def test_strict_tool_under_auto(daemon, client):
+    """auto with a strict tool: the text stays free, and a call the model writes
+    is held to the tool's schema (here a second required property the few-shot
+    calls never had), streaming and not."""
+    kw = dict(model=daemon_model(daemon), messages=FEW_SHOT, tools=[STRICT_WEATHER], max_tokens=100, **GREEDY)
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls"
+    calls = [{"name": t.function.name, "arguments": t.function.arguments} for t in c.message.tool_calls]
+    check_calls(calls)
+    assert [json.loads(t["arguments"])["city"] for t in calls] == ["Madrid"]
+    content, scalls, finish, _ = streamed(client, **kw)
+    assert (content, finish) == ("", "tool_calls")
+    assert [scalls[i] for i in sorted(scalls)] == calls
+    # A question the model answers in text is still answered in text.
+    r = client.chat.completions.create(model=daemon_model(daemon), messages=[{"role": "user", "content": "Say hello."}],
+                                       tools=[STRICT_WEATHER], max_tokens=12, **GREEDY)
+    c = r.choices[0]
+    assert c.message.content or c.message.tool_calls
+    for t in c.message.tool_calls or []:
+        jsonschema.validate(json.loads(t.function.arguments), SCHEMAS[t.function.name])

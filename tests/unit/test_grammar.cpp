@@ -62,6 +62,10 @@ TEST_CASE("grammar: any JSON object") {
   CHECK(matches(gr, R"({"a":1})"));
   CHECK(matches(gr, R"({"a": [1, -2.5, "x", {"b": null}, [], true, false], "c": {"d": {}}})"));
   CHECK(matches(gr, R"({"k\"ey":"v\\a\u00e9\n"})"));
+  // No escaped surrogates: a lone one fails strict parsers (the tool call parser's).
+  CHECK(matches(gr, R"({"a":"\uD7FF\ud7ff\uE000\ud000"})"));
+  for (const char* esc : {"\\uD800", "\\udc00", "\\uDFFF", "\\ud83d\\ude00"})
+    CHECK_FALSE(matches(gr, std::string("{\"a\":\"") + esc + "\"}"));
   CHECK_FALSE(matches(gr, "[]"));
   CHECK_FALSE(matches(gr, R"("text")"));
   CHECK_FALSE(matches(gr, R"({"a":1,})"));

@@ -211,6 +211,43 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
   CHECK_FALSE(oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}]})"))
                   .chat.template_options.enable_thinking.has_value());
 
+  // required and named: the output's grammar is the calls'; the tools are still shown.
+  const std::string two = R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" + weather +
+                          R"(, {"type": "function", "function": {"name": "now", "strict": true}}], )";
+  namespace g = inferd::engine::grammar;
+  auto calls = [](const std::shared_ptr<const g::Grammar>& gr) {
+    REQUIRE(gr != nullptr);
+    return gr->nodes[static_cast<size_t>(gr->root)];
+  };
+  r = oa::parse_chat_request(body(two + R"("tool_choice": "required"})"));
+  CHECK(r.chat.parse_tool_calls);
+  CHECK(r.grammar == r.chat.call_grammar);
+  CHECK(r.chat.calls_only);
+  CHECK(r.chat.template_options.tools.size() == 2);
+  CHECK(calls(r.grammar).kind == g::Kind::Repeat);
+  CHECK(calls(r.grammar).max_items == -1);
+  CHECK(r.grammar->nodes[static_cast<size_t>(calls(r.grammar).items)].literals.size() == 2);
+  r = oa::parse_chat_request(body(two + R"("tool_choice": "required", "parallel_tool_calls": false})"));
+  CHECK(calls(r.grammar).max_items == 1);
+  r = oa::parse_chat_request(body(two + R"("tool_choice": {"type": "function", "function": {"name": "now"}}})"));
+  CHECK(calls(r.grammar).max_items == 1);
+  CHECK(r.grammar->nodes[static_cast<size_t>(calls(r.grammar).items)].literals ==
+        std::vector<std::string>{"<tool_call>\n{\"name\": \"now\", \"arguments\": "});
+  CHECK(r.chat.template_options.tools.size() == 2);
+  // none needs no grammar, nor does auto without strict tools.
+  CHECK(oa::parse_chat_request(body(two + R"("tool_choice": "none"})")).grammar == nullptr);
+  CHECK(oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" + weather +
+                                    "]}")).grammar == nullptr);
+  // auto with a strict tool: free text whose calls are held to the grammar; the
+  // other tools' arguments are any object, so their schemas are not compiled.
+  r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)"
+                                  R"({"type": "function", "function": {"name": "loose", "parameters": {"type": "object",
+                                      "properties": {"d": {"type": "string", "format": "date"}}}}},)"
+                                  R"({"type": "function", "function": {"name": "now", "strict": true}}]})"));
+  CHECK(calls(r.grammar).kind == g::Kind::Text);
+  CHECK_FALSE(r.chat.calls_only);
+  CHECK(r.chat.parse_tool_calls);
+
   // The tokenize route reads the same fields.
   auto t = oa::parse_tokenize_request(body(R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" +
                                            weather + "]}"));
@@ -236,13 +273,37 @@ TEST_CASE("chat request: bad tool fields name their param") {
            "tools[0].function.description", "string");
   bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])"),
            "tools[0].function.parameters", "schema");
-  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "strict": true}}])"),
-           "tools[0].function.strict", "not supported");
+  // strict under auto: the strict tool's schema is compiled, so what it cannot enforce is refused.
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "strict": true, "parameters": {
+      "type": "object", "properties": {"x": {"type": "string", "format": "date"}}}}}])"),
+           "tools[0].function.parameters.properties.x.format", "`format` is not supported");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}])"),
+           "tools[0].function.strict", "boolean");
   const std::string tool = R"("tools": [{"type": "function", "function": {"name": "f"}}], )";
-  bad_chat(with(tool + R"("tool_choice": "required")"), "tool_choice", "not supported");
-  bad_chat(with(tool + R"("tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice",
-           "not supported");
+  bad_chat(with(tool + R"("tool_choice": {"type": "function", "function": {"name": "g"}})"), "tool_choice",
+           "`g`, which is not among `tools`");
+  bad_chat(with(tool + R"("tool_choice": {"type": "function"})"), "tool_choice.function", "required");
+  bad_chat(with(tool + R"("tool_choice": {"type": "function", "function": {}})"), "tool_choice.function.name",
+           "required");
+  bad_chat(with(tool + R"("tool_choice": {"type": "code", "function": {"name": "f"}})"), "tool_choice.type",
+           "function");
+  bad_chat(with(R"("tool_choice": "required")"), "tool_choice", "needs `tools`");
+  bad_chat(with(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice", "not among");
   bad_chat(with(tool + R"("tool_choice": "sometimes")"), "tool_choice", "must be");
+  bad_chat(with(tool + R"("tool_choice": 3)"), "tool_choice", "must be");
+  // The arguments' schema: what the compiler cannot enforce, named below `parameters`.
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"x": {"type": "string", "pattern": "^a"}}}}}], "tool_choice": "required")"),
+           "tools[0].function.parameters.properties.x.pattern", "`pattern` is not supported");
+  bad_chat(with(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
+      "tool_choice": "required")"), "tools[0].function.parameters", "object");
+  bad_chat(with(tool + R"("tool_choice": "required", "response_format": {"type": "json_object"})"),
+           "response_format", "tool_choice");
+  std::string many = R"("tools": [)";
+  for (int i = 0; i < 65; ++i)
+    many += (i ? ", " : "") + std::string(R"({"type": "function", "function": {"name": "f)") + std::to_string(i) + "\"}}";
+  CHECK_NOTHROW(oa::parse_chat_request(body(with(many + "]"))));  // auto: no grammar, no bound
+  bad_chat(with(many + R"(], "tool_choice": "required")"), "tools", "at most 64 tools");
   bad_chat(with(R"("tool_choice": "auto")"), "tool_choice", "needs `tools`");
   bad_chat(with(tool + R"("parallel_tool_calls": "yes")"), "parallel_tool_calls", "boolean");
   bad_chat(with(R"("chat_template_kwargs": [])"), "chat_template_kwargs", "object");
