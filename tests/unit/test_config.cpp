@@ -146,6 +146,9 @@ target = "journald"
     const Config c = parse_config_toml("[model]\npath = \"~/m/tiny.gguf\"\n", "x.toml");
     CHECK(c.model.path == "/home/u/m/tiny.gguf");
     CHECK(c.model_name() == "tiny");
+    CHECK(c.model.manifest.empty());
+    CHECK(parse_config_toml("[model]\nmanifest = \"~/m/SUMS\"\n", "x.toml").model.manifest == "/home/u/m/SUMS");
+    CHECK(load_config(cmdline({"--model-manifest", "/m/SHA256SUMS"})).model.manifest == "/m/SHA256SUMS");
   }
 
   TEST_CASE("config: bad files name the file, line and key") {
@@ -497,6 +500,12 @@ target = "journald"
     c.model.path = dir.string() + "/";
     CHECK(load_timeout_s(c) == doctest::Approx(240.0));
     CHECK(c.model_name() == dir.filename().string());
+    // A checksum manifest is verified first: every byte is read twice.
+    std::ofstream(dir / "SHA256SUMS") << "";
+    CHECK(load_timeout_s(c) == doctest::Approx(480.0));
+    std::filesystem::remove(dir / "SHA256SUMS");
+    c.model.manifest = "/elsewhere/SUMS";
+    CHECK(load_timeout_s(c) == doctest::Approx(480.0));
     std::filesystem::remove_all(dir);
   }
 
@@ -563,7 +572,7 @@ target = "journald"
                              "--api-key", "--block-size", "--[no-]enable-prefix-caching", "--nnodes", "--node-rank",
                              "--master-addr", "--master-port", "--[no-]headless", "--threads", "--log-level", "--config",
                              "--help", "--version", "--admin-api-key-file", "--admin-api-key", "--admin-port",
-                             "--admin-socket"})
+                             "--admin-socket", "--model-manifest"})
       CHECK_MESSAGE(u.find(flag) != std::string::npos, flag);
   }
 }
