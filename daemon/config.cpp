@@ -351,7 +351,8 @@ const std::vector<Key>& keys() {
       string_key("server", "served_model_name", "served-model-name", &C::server, &ServerConfig::served_model_name,
                  "model name the API reports and accepts"),
       string_key("server", "tool_call_parser", "tool-call-parser", &C::server, &ServerConfig::tool_call_parser,
-                 "how tool calls are read from the output: hermes; empty: the chat template's format",
+                 "how tool calls are read from the output: hermes, mistral or llama3_json; empty: the chat template's "
+                 "format",
                  tool_call_parser_name),
       string_key("server", "reasoning_parser", "reasoning-parser", &C::server, &ServerConfig::reasoning_parser,
                  "split reasoning_content from the answer: deepseek_r1 or qwen3; empty: no split",

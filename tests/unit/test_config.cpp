@@ -294,8 +294,10 @@ target = "journald"
     CHECK(c.server.tool_call_parser == "hermes");
     CHECK(c.server.reasoning_parser == "deepseek_r1");
     CHECK(parse_config_toml("[server]\nreasoning_parser = \"qwen3\"\n", "x.toml").server.reasoning_parser == "qwen3");
-    CHECK(flag_error({"--tool-call-parser", "mistral"}) ==
-          "--tool-call-parser: 'mistral' is not implemented; implemented: hermes (empty: the chat template's format)");
+    CHECK(load_config(cmdline({"--tool-call-parser", "mistral"})).server.tool_call_parser == "mistral");
+    CHECK(load_config(cmdline({"--tool-call-parser", "llama3_json"})).server.tool_call_parser == "llama3_json");
+    CHECK(flag_error({"--tool-call-parser", "pythonic"}) ==
+          "--tool-call-parser: 'pythonic' is not implemented; implemented: hermes, mistral or llama3_json (empty: the chat template's format)");
     CHECK(flag_error({"--reasoning-parser", "granite"}) ==
           "--reasoning-parser: 'granite' is not implemented; implemented: deepseek_r1, qwen3 (empty: none)");
   }
