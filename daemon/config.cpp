@@ -173,6 +173,15 @@ std::string model_path(std::string& s) {
   return {};
 }
 
+// A leading "~/" is $HOME; empty stays empty (look beside the model).
+std::string manifest_path(std::string& s) {
+  if (!s.starts_with("~/")) return {};
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0') return "cannot expand '~': HOME is not set";
+  s = std::string(home) + s.substr(1);
+  return {};
+}
+
 // Checked when the file is read, so a bad pattern is a configuration error
 // naming its place, not a failure once the supervisor starts.
 std::string log_patterns(std::string& s) {
@@ -342,7 +351,8 @@ const std::vector<Key>& keys() {
       string_key("server", "served_model_name", "served-model-name", &C::server, &ServerConfig::served_model_name,
                  "model name the API reports and accepts"),
       string_key("server", "tool_call_parser", "tool-call-parser", &C::server, &ServerConfig::tool_call_parser,
-                 "how tool calls are read from the output: hermes; empty: the chat template's format",
+                 "how tool calls are read from the output: hermes, mistral or llama3_json; empty: the chat template's "
+                 "format",
                  tool_call_parser_name),
       string_key("server", "reasoning_parser", "reasoning-parser", &C::server, &ServerConfig::reasoning_parser,
                  "split reasoning_content from the answer: deepseek_r1 or qwen3; empty: no split",
@@ -358,6 +368,10 @@ const std::vector<Key>& keys() {
       string_key("model", "path", "model", &C::model, &ModelConfig::path, "model: a GGUF file, or a Hugging Face checkpoint directory (Llama, safetensors)", model_path),
       int_key("model", "max_model_len", "max-model-len", &C::model, &ModelConfig::max_model_len, 0, int64_t{1} << 24,
               "context length; 0 takes the model's"),
+      string_key("model", "manifest", "model-manifest", &C::model, &ModelConfig::manifest,
+                 "sha256sum manifest the model's files must match before loading; empty: DIR/SHA256SUMS or "
+                 "FILE.gguf.sha256 when there",
+                 manifest_path),
       string_key("engine", "device", "device", &C::engine, &EngineConfig::device,
                  "where the model runs: cpu, cuda or cuda:N (builds with CUDA)", device_name),
       int_key("engine", "threads", "threads", &C::engine, &EngineConfig::threads, 0, 1024,

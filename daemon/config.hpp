@@ -53,6 +53,9 @@ struct ServerConfig {
 struct ModelConfig {
   std::string path = default_model_path();
   int64_t max_model_len = 0;  // 0: the model's own context length
+  // sha256sum manifest the model's files are checked against before the load;
+  // empty: SHA256SUMS in a checkpoint directory, or FILE.sha256 beside a GGUF file.
+  std::string manifest;
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -21,6 +21,8 @@
 #include "daemon/fabric_preflight.hpp"
 #include "daemon/http_server.hpp"
 #include "daemon/logging.hpp"
+#include "daemon/model_integrity.hpp"
+#include "engine/model_manifest.hpp"
 
 namespace inferd::daemon {
 
@@ -83,7 +85,9 @@ uint64_t model_bytes(const std::string& path) {
 
 double load_timeout_s(const Config& cfg) {
   if (cfg.engine.load_timeout_s > 0) return cfg.engine.load_timeout_s;
-  return std::max(kMinLoadTimeoutS, static_cast<double>(model_bytes(cfg.model.path)) / kLoadBytesPerSecond);
+  // Verifying a checksum manifest reads every byte once more before the load.
+  const double reads = engine::find_manifest(cfg.model.path, cfg.model.manifest).empty() ? 1 : 2;
+  return std::max(kMinLoadTimeoutS, reads * static_cast<double>(model_bytes(cfg.model.path)) / kLoadBytesPerSecond);
 }
 
 Daemon::Daemon(Config config, CommandLine cmd)
@@ -264,6 +268,8 @@ void Daemon::start_up() {
       lifecycle_.set_activity("fabric pre-flight");
       fabric_preflight(config_);
     }
+    served_model_.set_integrity(verify_model_integrity(
+        config_, [this](const std::string& s) { lifecycle_.set_activity(s); }, [this] { return stopping(); }));
     if (load_) load_(*this);
     if (!served_model_.get()) {
       served_model_.set({.id = config_.model_name(),

@@ -30,7 +30,8 @@ namespace inferd::daemon {
 class HttpServer;
 
 // The longest Loading may take, in seconds: [engine] load_timeout_s, or when it
-// is 0, max(60, the model file's size / 50 MB/s) (60 when the size is unknown).
+// is 0, max(60, the model file's size / 50 MB/s) (60 when the size is unknown),
+// the size counted twice when a checksum manifest is verified first.
 double load_timeout_s(const Config& cfg);
 // The bytes a load reads: the GGUF file's size, or a checkpoint directory's
 // *.safetensors together; 0 when unknown.

@@ -41,6 +41,16 @@ std::optional<ModelInfo> ServedModel::get() const {
   return info_;
 }
 
+void ServedModel::set_integrity(ModelIntegrity integrity) {
+  std::lock_guard lock(mu_);
+  integrity_ = std::move(integrity);
+}
+
+std::optional<ModelIntegrity> ServedModel::integrity() const {
+  std::lock_guard lock(mu_);
+  return integrity_;
+}
+
 void register_health_routes(HttpServer& http, const Lifecycle& lifecycle, const Metrics& metrics,
                             const ServedModel& model, HealthRouteOptions options) {
   // Health and metrics answer on the admin listener too; the API only on the main one.
@@ -94,13 +104,24 @@ void register_health_routes(HttpServer& http, const Lifecycle& lifecycle, const 
         require_api_key(req, key);
         boost::json::array data;
         if (auto m = model.get()) {
-          data.push_back(boost::json::object{{"id", m->id},
-                                             {"object", "model"},
-                                             {"created", m->created},
-                                             {"owned_by", "inferd"},
-                                             {"root", m->root},
-                                             {"parent", nullptr},
-                                             {"max_model_len", m->max_model_len}});
+          boost::json::object entry{{"id", m->id},
+                                    {"object", "model"},
+                                    {"created", m->created},
+                                    {"owned_by", "inferd"},
+                                    {"root", m->root},
+                                    {"parent", nullptr},
+                                    {"max_model_len", m->max_model_len}};
+          if (auto i = model.integrity()) {
+            boost::json::object o{{"status", i->status}};
+            if (i->status == "verified") {
+              o["manifest"] = i->manifest;
+              o["files"] = i->files;
+              o["bytes"] = i->bytes;
+              o["seconds"] = i->seconds;
+            }
+            entry["integrity"] = std::move(o);
+          }
+          data.push_back(std::move(entry));
         }
         return Response::json(200, boost::json::serialize(boost::json::object{{"object", "list"}, {"data", data}}));
       },

@@ -25,16 +25,29 @@ struct ModelInfo {
   int64_t created = 0;    // Unix seconds
 };
 
+// The model's checksum manifest check (daemon/model_integrity.hpp), shown in
+// /v1/models' entry as "integrity" for `inferctl proof`'s integrity gate.
+struct ModelIntegrity {
+  std::string status;    // "verified", or "no_manifest" (nothing was checked)
+  std::string manifest;  // the manifest's path when verified
+  uint64_t files = 0, bytes = 0;
+  double seconds = 0;
+};
+
 // The model being served, set once it has loaded (after the server started);
 // until then /v1/models lists none. Thread-safe.
 class ServedModel {
  public:
   void set(ModelInfo info);
   std::optional<ModelInfo> get() const;
+  // Set in Loading, before the load; kept when set() replaces the rest.
+  void set_integrity(ModelIntegrity integrity);
+  std::optional<ModelIntegrity> integrity() const;
 
  private:
   mutable std::mutex mu_;
   std::optional<ModelInfo> info_;
+  std::optional<ModelIntegrity> integrity_;
 };
 
 struct HealthRouteOptions {

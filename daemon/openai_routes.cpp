@@ -149,7 +149,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
             // Calls forced from the first byte leave no room for reasoning before them.
             if (api_->reasoning != ReasoningFormat::None && !req_.chat.calls_only)
               c.reasoning.emplace(api_->reasoning);
-            if (req_.chat.parse_tool_calls) c.tools.emplace();
+            if (req_.chat.parse_tool_calls) c.tools = make_tool_call_parser(req_.chat.tool_call_parser);
           }
 
           engine::GenerationRequest r;
@@ -207,7 +207,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     std::optional<Clock::time_point> last_token;
     // Chat output parsers: reasoning first, then tool calls in the answer.
     std::optional<ReasoningParser> reasoning;
-    std::optional<HermesToolParser> tools;
+    std::unique_ptr<ToolCallParser> tools;
     int calls = 0;
   };
 
@@ -420,6 +420,10 @@ void generate(ApiContext& api, Api kind, const Request& req, const std::shared_p
     } catch (const engine::ChatTemplateError& e) {
       throw HttpError(400, e.what(), {}, "messages");
     }
+    // Calls forced by a grammar are written as the grammar writes them (hermes).
+    g.chat.tool_call_parser = g.chat.call_grammar                        ? std::string("hermes")
+                              : !api.options.tool_call_parser.empty() ? api.options.tool_call_parser
+                                                                      : std::string(eng->chat_template().tool_call_format());
   } else {
     for (size_t p = 0; p < g.prompts.size(); ++p) {
       const auto& prompt = g.prompts[p];

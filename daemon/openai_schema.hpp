@@ -38,6 +38,9 @@ struct Prompt {
 struct ChatExtras {
   engine::ChatOptions template_options;
   bool parse_tool_calls = false;  // tools given and tool_choice not none: the output is searched for calls
+  // vLLM's --tool-call-parser name the output is read with: the configured one,
+  // else the chat template's; "hermes" whenever call_grammar writes the calls.
+  std::string tool_call_parser;
   bool parallel_tool_calls = true;  // false: only the first call is returned
   // tool_choice required or a named function: the output is calls only, in this
   // grammar (engine/grammar/tool_calls.hpp); auto with a strict tool: free text

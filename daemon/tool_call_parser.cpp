@@ -1,5 +1,7 @@
 #include "daemon/tool_call_parser.hpp"
 
+#include "daemon/json_tool_parsers.hpp"
+
 #include <algorithm>
 
 #include <boost/json/parse.hpp>
@@ -20,7 +22,15 @@ size_t partial_tag(std::string_view s, std::string_view tag) {
 
 }  // namespace
 
-bool known_tool_call_parser(std::string_view name) { return name.empty() || name == "hermes"; }
+bool known_tool_call_parser(std::string_view name) {
+  return name.empty() || name == "hermes" || name == "mistral" || name == "llama3_json";
+}
+
+std::unique_ptr<ToolCallParser> make_tool_call_parser(std::string_view name) {
+  if (name == "mistral") return std::make_unique<MistralToolParser>();
+  if (name == "llama3_json") return std::make_unique<Llama3JsonToolParser>();
+  return std::make_unique<HermesToolParser>();
+}
 
 std::optional<ParsedToolCall> HermesToolParser::parse_call(std::string_view body) {
   boost::system::error_code ec;

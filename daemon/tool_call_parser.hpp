@@ -1,5 +1,8 @@
-// Finds tool calls in a model's output as vLLM's `hermes` parser does:
-// <tool_call>{"name": "...", "arguments": {...}}</tool_call>, any number of them,
+// Tool calls in a model's output, read as vLLM's --tool-call-parser reads them.
+// ToolCallParser is what a chat request's output goes through; HermesToolParser
+// (here) and the bare-JSON formats (daemon/json_tool_parsers.hpp) implement it.
+//
+// hermes: <tool_call>{"name": "...", "arguments": {...}}</tool_call>, any number of them,
 // with the text outside them as the answer. Text arrives in arbitrary pieces;
 // a piece that could still begin <tool_call> is held back, so a tag never
 // leaks out as text, and a call comes out whole once its closing tag arrives
@@ -12,6 +15,7 @@
 // string "name" (and an object "arguments", if any) is text of the answer, tags
 // and all: a malformed call is shown, never dropped.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,7 +24,7 @@
 namespace inferd::daemon {
 
 // vLLM's --tool-call-parser names this server implements.
-inline constexpr std::string_view kToolCallParsers = "hermes";
+inline constexpr std::string_view kToolCallParsers = "hermes, mistral or llama3_json";
 // "" (take the chat template's format) or a name above.
 bool known_tool_call_parser(std::string_view name);
 
@@ -34,14 +38,25 @@ struct ToolCallSplit {
   std::vector<ParsedToolCall> calls;
 };
 
-class HermesToolParser {
+class ToolCallParser {
  public:
+  virtual ~ToolCallParser() = default;
   // The answer text and the whole calls this piece lets out.
-  ToolCallSplit push(std::string_view text);
-  // Whatever was held back, at the end of the output: an unclosed call is text.
-  ToolCallSplit finish();
+  virtual ToolCallSplit push(std::string_view text) = 0;
+  // Whatever was held back, at the end of the output: an unfinished call is text.
+  virtual ToolCallSplit finish() = 0;
   // Calls found so far.
-  int calls() const { return calls_; }
+  virtual int calls() const = 0;
+};
+
+// The parser a name above stands for; "" is hermes.
+std::unique_ptr<ToolCallParser> make_tool_call_parser(std::string_view name);
+
+class HermesToolParser : public ToolCallParser {
+ public:
+  ToolCallSplit push(std::string_view text) override;
+  ToolCallSplit finish() override;
+  int calls() const override { return calls_; }
 
   // A call's body (between the tags) as a call, or nullopt when malformed.
   static std::optional<ParsedToolCall> parse_call(std::string_view body);

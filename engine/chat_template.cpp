@@ -76,6 +76,11 @@ ChatTemplate ChatTemplate::detect(std::string_view template_text, std::string bo
   ChatTemplate t(family, std::move(system), std::move(bos_text));
   t.tool_section_ = template_text.find("<tool_call>") != std::string_view::npos;
   t.thinking_switch_ = template_text.find("enable_thinking") != std::string_view::npos;
+  auto has = [&](std::string_view s) { return template_text.find(s) != std::string_view::npos; };
+  if (has("[TOOL_CALLS]"))
+    t.tool_format_ = "mistral";
+  else if (!t.tool_section_ && (has("<|python_tag|>") || has("respond with a JSON for a function call")))
+    t.tool_format_ = "llama3_json";
   return t;
 }
 

@@ -103,8 +103,11 @@ class ChatTemplate {
   // The template reads enable_thinking (Qwen3): off writes an empty think block.
   bool has_thinking_switch() const { return thinking_switch_; }
   // The name of the tool-call format this template's model writes (vLLM's
-  // --tool-call-parser name): "hermes", the only layout render() writes.
-  std::string_view tool_call_format() const { return "hermes"; }
+  // --tool-call-parser name), from what the template's text spells: "mistral"
+  // ([TOOL_CALLS]), "llama3_json" (<|python_tag|>, or Llama 3.1's JSON
+  // function-call instructions), else "hermes". render() describes tools in the
+  // hermes layout whichever it is.
+  std::string_view tool_call_format() const { return tool_format_; }
 
  private:
   Family family_;
@@ -112,6 +115,7 @@ class ChatTemplate {
   std::string bos_text_;
   bool tool_section_ = false;
   bool thinking_switch_ = false;
+  std::string_view tool_format_ = "hermes";
 };
 
 std::string_view to_string(ChatTemplate::Family family);

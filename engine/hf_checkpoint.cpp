@@ -560,6 +560,11 @@ std::unique_ptr<GgufFile> open_hf_checkpoint(const std::string& dir_in) {
   return GgufFile::assemble(m.image(), dir, std::move(w.tensors), std::move(w.keep));
 }
 
+std::vector<std::string> checkpoint_weight_files(const std::string& dir) {
+  std::map<std::string, std::string> assigned;
+  return shard_files(dir, assigned);
+}
+
 std::unique_ptr<GgufFile> open_model(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return open_hf_checkpoint(path);

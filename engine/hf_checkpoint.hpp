@@ -12,6 +12,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/gguf_reader.hpp"
 
@@ -19,6 +20,10 @@ namespace inferd::engine {
 
 // Loads the checkpoint in `dir`; throws LoadError.
 std::unique_ptr<GgufFile> open_hf_checkpoint(const std::string& dir);
+
+// The safetensors files (names within `dir`) a load of the checkpoint reads:
+// model.safetensors, or the shards model.safetensors.index.json lists. Throws LoadError.
+std::vector<std::string> checkpoint_weight_files(const std::string& dir);
 
 // What --model names: a directory is read as a Hugging Face checkpoint, anything
 // else as a GGUF file.

@@ -10,7 +10,7 @@
 //   json_schema   20 requests under a strict nested JSON schema all validate
 //   restart       --restart-command (or systemctl restart --systemd-unit) brings it back
 //                 Serving with a new process, the probe passing, no error lines after its baseline
-//   integrity     the model's checksum manifest verified (models without one: skipped)
+//   integrity     the daemon verified the model's checksum manifest (models without one: skipped)
 //   memory        MemAvailable above the shed floor and memory pressure (PSI some avg10)
 //                 within --max-memory-psi, sampled before and after every other gate
 #include <algorithm>
@@ -57,7 +57,8 @@ constexpr const char* kUsage =
     "                then: ready within --ready-timeout, a new process (uptime reset),\n"
     "                the probe passes, no error lines after the new baseline. Without\n"
     "                either flag the gate fails, naming them.\n"
-    "  integrity     the checksum manifest of a checkpoint; a GGUF file has none: skipped\n"
+    "  integrity     the daemon verified the model's files against a checksum manifest\n"
+    "                before loading (SHA256SUMS, NAME.gguf.sha256, --model-manifest); none: skipped\n"
     "  memory        MemAvailable above the daemon's shed floor and memory PSI some avg10\n"
     "                at most --max-memory-psi (10), sampled around every gate\n"
     "Admin routes are asked at --admin-url (default --url; the admin listener needs no key)\n"
@@ -442,11 +443,31 @@ Gate restart(const Options& o) {
 
 // --- integrity -----------------------------------------------------------------
 
+// The daemon checks the model against its checksum manifest before loading and
+// reports the result in its /v1/models entry; a daemon that did not check says
+// nothing, and that fails.
 Gate integrity(const json::object& model) {
   const std::string root = model.contains("root") && model.at("root").is_string() ? std::string(model.at("root").as_string()) : "";
-  if (root.ends_with(".gguf"))
-    return {"", "skipped", "a GGUF file carries no checksum manifest (" + root + ")", 0, {{"model", root}}};
-  return fail("this daemon does not report a checkpoint integrity check for " + (root.empty() ? "its model" : root));
+  const std::string what = root.empty() ? "its model" : root;
+  const auto* i = model.if_contains("integrity");
+  if (!i || !i->is_object()) return fail("this daemon does not report a checkpoint integrity check for " + what);
+  const json::object& o = i->as_object();
+  const auto* status = o.if_contains("status");
+  const std::string s = status && status->is_string() ? std::string(status->as_string()) : "";
+  json::object data{{"model", root}, {"integrity", o}};
+  if (s == "no_manifest")
+    return {"", "skipped", "no checksum manifest for " + what + " (SHA256SUMS, NAME.gguf.sha256 or --model-manifest)", 0,
+            data};
+  if (s != "verified") return fail("the daemon reports integrity status '" + s + "' for " + what, data);
+  auto num = [&](const char* k) {
+    const auto* v = o.if_contains(k);
+    return v && v->is_number() ? v->to_number<double>() : 0.0;
+  };
+  const auto* manifest = o.if_contains("manifest");
+  return pass(fmt(num("files")) + (num("files") == 1 ? " file (" : " files (") + fmt(num("bytes") / (1 << 20), 1) + " MiB) match " +
+                  (manifest && manifest->is_string() ? std::string(manifest->as_string()) : "the manifest") +
+                  ", verified before the load in " + fmt(num("seconds"), 2) + " s",
+              data);
 }
 
 // --- memory ----------------------------------------------------------------------

@@ -223,6 +223,23 @@ def test_model_output_becomes_tool_calls(daemon, client, messages, cities):
         {"name": t.function.name, "arguments": t.function.arguments} for t in calls]
 
 
+def test_the_configured_parser_reads_the_output(start_daemon):
+    """With --tool-call-parser mistral the model's <tool_call> blocks are not
+    calls but text, streamed or not; calls forced by constrained decoding are
+    written, and read, as hermes whatever the parser."""
+    d = start_daemon(["--model", default_model(), "--tool-call-parser", "mistral", "--no-warmup"])
+    c = openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    kw = dict(model=daemon_model(d), messages=FEW_SHOT, tools=[WEATHER], max_tokens=100, **GREEDY)
+    r = c.chat.completions.create(**kw).choices[0]
+    assert r.message.tool_calls is None and r.finish_reason == "stop"
+    assert r.message.content.startswith("<tool_call>") and "Madrid" in r.message.content
+    content, calls, finish, _ = streamed(c, **kw)
+    assert (content, calls, finish) == (r.message.content, {}, "stop")
+    forced = c.chat.completions.create(**{**kw, "tool_choice": "required", "parallel_tool_calls": False}).choices[0]
+    assert forced.finish_reason == "tool_calls"
+    assert [t.function.name for t in forced.message.tool_calls] == ["get_weather"]
+
+
 def test_tool_result_reaches_the_model(daemon, client):
     messages = [ask(["Madrid"]), calls_turn("Madrid"),
                 {"role": "tool", "tool_call_id": "call_0", "content": "Sunny, 31 degrees"}]

@@ -146,6 +146,9 @@ target = "journald"
     const Config c = parse_config_toml("[model]\npath = \"~/m/tiny.gguf\"\n", "x.toml");
     CHECK(c.model.path == "/home/u/m/tiny.gguf");
     CHECK(c.model_name() == "tiny");
+    CHECK(c.model.manifest.empty());
+    CHECK(parse_config_toml("[model]\nmanifest = \"~/m/SUMS\"\n", "x.toml").model.manifest == "/home/u/m/SUMS");
+    CHECK(load_config(cmdline({"--model-manifest", "/m/SHA256SUMS"})).model.manifest == "/m/SHA256SUMS");
   }
 
   TEST_CASE("config: bad files name the file, line and key") {
@@ -291,8 +294,10 @@ target = "journald"
     CHECK(c.server.tool_call_parser == "hermes");
     CHECK(c.server.reasoning_parser == "deepseek_r1");
     CHECK(parse_config_toml("[server]\nreasoning_parser = \"qwen3\"\n", "x.toml").server.reasoning_parser == "qwen3");
-    CHECK(flag_error({"--tool-call-parser", "mistral"}) ==
-          "--tool-call-parser: 'mistral' is not implemented; implemented: hermes (empty: the chat template's format)");
+    CHECK(load_config(cmdline({"--tool-call-parser", "mistral"})).server.tool_call_parser == "mistral");
+    CHECK(load_config(cmdline({"--tool-call-parser", "llama3_json"})).server.tool_call_parser == "llama3_json");
+    CHECK(flag_error({"--tool-call-parser", "pythonic"}) ==
+          "--tool-call-parser: 'pythonic' is not implemented; implemented: hermes, mistral or llama3_json (empty: the chat template's format)");
     CHECK(flag_error({"--reasoning-parser", "granite"}) ==
           "--reasoning-parser: 'granite' is not implemented; implemented: deepseek_r1, qwen3 (empty: none)");
   }
@@ -497,6 +502,12 @@ target = "journald"
     c.model.path = dir.string() + "/";
     CHECK(load_timeout_s(c) == doctest::Approx(240.0));
     CHECK(c.model_name() == dir.filename().string());
+    // A checksum manifest is verified first: every byte is read twice.
+    std::ofstream(dir / "SHA256SUMS") << "";
+    CHECK(load_timeout_s(c) == doctest::Approx(480.0));
+    std::filesystem::remove(dir / "SHA256SUMS");
+    c.model.manifest = "/elsewhere/SUMS";
+    CHECK(load_timeout_s(c) == doctest::Approx(480.0));
     std::filesystem::remove_all(dir);
   }
 
@@ -563,7 +574,7 @@ target = "journald"
                              "--api-key", "--block-size", "--[no-]enable-prefix-caching", "--nnodes", "--node-rank",
                              "--master-addr", "--master-port", "--[no-]headless", "--threads", "--log-level", "--config",
                              "--help", "--version", "--admin-api-key-file", "--admin-api-key", "--admin-port",
-                             "--admin-socket"})
+                             "--admin-socket", "--model-manifest"})
       CHECK_MESSAGE(u.find(flag) != std::string::npos, flag);
   }
 }

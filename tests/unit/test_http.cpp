@@ -1107,6 +1107,19 @@ TEST_CASE("health: ready follows the lifecycle; live, metrics and models answer"
   CHECK(m.at("root").as_string() == "/models/smol.gguf");
   CHECK(m.at("max_model_len").as_int64() == 8192);
   CHECK(m.at("created").as_int64() == 1700000000);
+  CHECK_FALSE(m.contains("integrity"));  // no check made (a stand-in load)
+  model.set_integrity({.status = "no_manifest", .manifest = "", .files = 0, .bytes = 0, .seconds = 0});
+  r = request(port, get("/v1/models"));
+  CHECK(r.json().at("data").as_array().at(0).as_object().at("integrity").as_object() ==
+        boost::json::object{{"status", "no_manifest"}});
+  model.set_integrity({.status = "verified", .manifest = "/models/SHA256SUMS", .files = 2, .bytes = 100, .seconds = 0.5});
+  r = request(port, get("/v1/models"));
+  const boost::json::value verified = r.json().at("data").as_array().at(0).as_object().at("integrity");
+  CHECK(verified.as_object().at("status").as_string() == "verified");
+  CHECK(verified.as_object().at("manifest").as_string() == "/models/SHA256SUMS");
+  CHECK(verified.as_object().at("files").to_number<int>() == 2);
+  CHECK(verified.as_object().at("bytes").to_number<int>() == 100);
+  CHECK(verified.as_object().at("seconds").as_double() == 0.5);
 
   REQUIRE(eventually([&] { return server.in_flight() == 0; }));
   r = request(port, get("/metrics"));

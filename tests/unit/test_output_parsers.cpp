@@ -1,29 +1,32 @@
-// Output parsers: tool calls (hermes) and reasoning (deepseek_r1, qwen3), whole
-// and in pieces split at every point, which must agree.
+// Output parsers: tool calls (hermes, mistral, llama3_json) and reasoning
+// (deepseek_r1, qwen3), whole and in pieces split at every point, which must agree.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
+#include "daemon/json_tool_parsers.hpp"
 #include "daemon/reasoning_parser.hpp"
 #include "daemon/tool_call_parser.hpp"
+#include "engine/chat_template.hpp"
 
 using namespace inferd::daemon;
 
 namespace {
 
-ToolCallSplit tools_whole(const std::string& text) {
-  HermesToolParser p;
-  ToolCallSplit out = p.push(text);
-  ToolCallSplit tail = p.finish();
+ToolCallSplit tools_whole(const std::string& text, std::string_view parser = "hermes") {
+  auto p = make_tool_call_parser(parser);
+  ToolCallSplit out = p->push(text);
+  ToolCallSplit tail = p->finish();
   out.content += tail.content;
   out.calls.insert(out.calls.end(), tail.calls.begin(), tail.calls.end());
   return out;
 }
 
 // `text` in pieces cut at `cuts`; every piece's output appended.
-ToolCallSplit tools_pieces(const std::string& text, const std::vector<size_t>& cuts, std::string* leaked = nullptr) {
-  HermesToolParser p;
+ToolCallSplit tools_pieces(const std::string& text, const std::vector<size_t>& cuts, std::string* leaked = nullptr,
+                           std::string_view parser = "hermes") {
+  auto p = make_tool_call_parser(parser);
   ToolCallSplit out;
   size_t at = 0;
   auto add = [&](ToolCallSplit s) {
@@ -31,12 +34,12 @@ ToolCallSplit tools_pieces(const std::string& text, const std::vector<size_t>& c
     out.calls.insert(out.calls.end(), s.calls.begin(), s.calls.end());
   };
   for (size_t c : cuts) {
-    add(p.push(text.substr(at, c - at)));
+    add(p->push(text.substr(at, c - at)));
     at = c;
   }
-  add(p.push(text.substr(at)));
+  add(p->push(text.substr(at)));
   if (leaked) *leaked = out.content;
-  add(p.finish());
+  add(p->finish());
   return out;
 }
 
@@ -50,19 +53,26 @@ void check_same(const ToolCallSplit& a, const ToolCallSplit& b) {
 }
 
 // Whole, then split once at every point and in single bytes: all the same.
-void check_every_split(const std::string& text, const ToolCallSplit& want) {
-  check_same(tools_whole(text), want);
+// `tag_start` is the first character of the format's tag: before the end, no
+// piece of a tag ever shows as text.
+void check_every_split(const std::string& text, const ToolCallSplit& want, std::string_view parser = "hermes",
+                       char tag_start = '<') {
+  CAPTURE(parser);
+  CAPTURE(text);
+  check_same(tools_whole(text, parser), want);
   for (size_t cut = 0; cut <= text.size(); ++cut) {
     CAPTURE(cut);
     std::string early;
-    check_same(tools_pieces(text, {cut}, &early), want);
-    // Before the end, no piece of a tag ever shows as text.
-    CHECK((early.find('<') == std::string::npos || want.content.find('<') != std::string::npos));
+    check_same(tools_pieces(text, {cut}, &early, parser), want);
+    CHECK((early.find(tag_start) == std::string::npos || want.content.find(tag_start) != std::string::npos));
   }
   std::vector<size_t> bytes;
   for (size_t i = 1; i < text.size(); ++i) bytes.push_back(i);
-  check_same(tools_pieces(text, bytes), want);
+  check_same(tools_pieces(text, bytes, nullptr, parser), want);
 }
+
+void check_mistral(const std::string& text, const ToolCallSplit& want) { check_every_split(text, want, "mistral", '['); }
+void check_llama3(const std::string& text, const ToolCallSplit& want) { check_every_split(text, want, "llama3_json", '{'); }
 
 ReasoningSplit reason(ReasoningFormat f, const std::string& text, const std::vector<size_t>& cuts) {
   ReasoningParser p(f);
@@ -158,7 +168,87 @@ TEST_CASE("reasoning parser names") {
   CHECK_FALSE(reasoning_format("granite"));
   CHECK(known_tool_call_parser("hermes"));
   CHECK(known_tool_call_parser(""));
-  CHECK_FALSE(known_tool_call_parser("llama3_json"));
+  CHECK(known_tool_call_parser("mistral"));
+  CHECK(known_tool_call_parser("llama3_json"));
+  CHECK_FALSE(known_tool_call_parser("pythonic"));
+  CHECK(dynamic_cast<HermesToolParser*>(make_tool_call_parser("").get()));
+  CHECK(dynamic_cast<MistralToolParser*>(make_tool_call_parser("mistral").get()));
+  CHECK(dynamic_cast<Llama3JsonToolParser*>(make_tool_call_parser("llama3_json").get()));
+}
+
+TEST_CASE("mistral: text without calls passes through unchanged") {
+  check_mistral("Hello [world] a [TOOL no", {"Hello [world] a [TOOL no", {}});
+  check_mistral("  spaced  \n", {"  spaced  \n", {}});
+  check_mistral("", {"", {}});
+}
+
+TEST_CASE("mistral: [TOOL_CALLS] and an array of calls, with text before and after") {
+  check_mistral("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}]",
+                {"", {{"get_weather", R"({"city":"Paris","days":2})"}}});
+  check_mistral("Let me check.\n[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {}}, "
+                "{\"name\": \"b\", \"arguments\": {\"x\": [1, \"]\"]}, \"id\": \"abc123def\"}]\nDone.",
+                {"Let me check.Done.", {{"a", "{}"}, {"b", R"({"x":[1,"]"]})"}}});
+  check_mistral("[TOOL_CALLS][{\"name\": \"f\"}]", {"", {{"f", "{}"}}});
+}
+
+TEST_CASE("mistral: what is not an array of calls is text, tag and all") {
+  check_mistral("[TOOL_CALLS] sorry", {"[TOOL_CALLS] sorry", {}});
+  check_mistral("[TOOL_CALLS][]", {"[TOOL_CALLS][]", {}});
+  check_mistral("[TOOL_CALLS][{\"arguments\": {}}]", {"[TOOL_CALLS][{\"arguments\": {}}]", {}});
+  check_mistral("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"x\"}]",
+                {"[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"x\"}]", {}});
+  check_mistral("[TOOL_CALLS][{\"name\": \"f\", ]", {"[TOOL_CALLS][{\"name\": \"f\", ]", {}});
+  // Unfinished at the end.
+  check_mistral("ok [TOOL_CALLS][{\"name\": \"f\"", {"ok [TOOL_CALLS][{\"name\": \"f\"", {}});
+  check_mistral("ok [TOOL_CA", {"ok [TOOL_CA", {}});
+}
+
+TEST_CASE("mistral: a partial tag is held back; the calls come out when the array closes") {
+  MistralToolParser p;
+  CHECK(p.push("Sure [TOOL_").content == "Sure");
+  CHECK(p.push("CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}}").calls.empty());
+  const ToolCallSplit s = p.push("]");
+  REQUIRE(s.calls.size() == 1);
+  CHECK(s.calls[0].arguments == R"({"a":1})");
+  CHECK(p.calls() == 1);
+  MistralToolParser q;
+  CHECK(q.push("a [TOOL").content == "a");
+  CHECK(q.push("S]").content == " [TOOLS]");
+}
+
+TEST_CASE("llama3_json: a JSON object as the whole output is a call") {
+  check_llama3("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+               {"", {{"get_weather", R"({"city":"Paris"})"}}});
+  check_llama3("\n<|python_tag|>{\"type\": \"function\", \"name\": \"f\", \"arguments\": {\"x\": \"}\"}}\n",
+               {"", {{"f", R"({"x":"}"})"}}});
+  check_llama3("{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\"}", {"", {{"a", "{}"}, {"b", "{}"}}});
+  check_llama3("{\"name\": \"a\", \"parameters\": {}} That is all.", {"That is all.", {{"a", "{}"}}});
+}
+
+TEST_CASE("llama3_json: anything else is the answer, whole") {
+  check_llama3("The answer is {\"name\": \"a\"}.", {"The answer is {\"name\": \"a\"}.", {}});
+  check_llama3("  spaced  \n", {"  spaced  \n", {}});
+  check_llama3("", {"", {}});
+  check_llama3("<|python", {"<|python", {}});
+  // JSON that is not a call: an answer in JSON stays the answer.
+  check_llama3("{\"name\": \"Bob\", \"age\": 3}", {"{\"name\": \"Bob\", \"age\": 3}", {}});
+  check_llama3(" {\"answer\": 42}", {" {\"answer\": 42}", {}});
+  check_llama3("{\"name\": \"f\", \"parameters\": [1]}", {"{\"name\": \"f\", \"parameters\": [1]}", {}});
+  check_llama3("{\"name\": \"f\", \"param", {"{\"name\": \"f\", \"param", {}});
+  // A good call, then an unfinished or bad one: that is text.
+  check_llama3("{\"name\": \"a\"}; {\"nam", {"; {\"nam", {{"a", "{}"}}});
+  check_llama3("{\"name\": \"a\"}; nope", {"; nope", {{"a", "{}"}}});
+}
+
+TEST_CASE("tool-call parsers: the chat template names its model's format") {
+  using inferd::engine::ChatTemplate;
+  CHECK(ChatTemplate::detect("<|im_start|>{{ m }}").tool_call_format() == "hermes");
+  CHECK(ChatTemplate::detect("<|im_start|>{% if tools %}<tool_call>{% endif %}").tool_call_format() == "hermes");
+  CHECK(ChatTemplate::detect("{{ '[AVAILABLE_TOOLS]' }}{{ '[TOOL_CALLS]' }}").tool_call_format() == "mistral");
+  CHECK(ChatTemplate::detect("<|start_header_id|>{{ '<|python_tag|>' }}").tool_call_format() == "llama3_json");
+  CHECK(ChatTemplate::detect("<|start_header_id|>Given the following functions, please respond with a JSON for a "
+                             "function call with its proper arguments").tool_call_format() == "llama3_json");
+  CHECK(ChatTemplate::detect("<|start_header_id|>{{ m }}").tool_call_format() == "hermes");
 }
 
 TEST_CASE("deepseek_r1: reasoning up to </think>, with or without the opening tag") {
