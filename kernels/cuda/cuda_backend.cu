@@ -41,6 +41,8 @@ namespace {
 
 constexpr int64_t kMaxGridY = 65535;  // tokens per step: they go on a grid's y or z axis
 constexpr int kMaxHeadDim = 1024;
+// Quantized activations of 64 tokens of rows up to 52k columns (1.25 bytes a value).
+constexpr size_t kMinActScratch = size_t(4) << 20;
 
 bool is_quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 
@@ -205,7 +207,12 @@ class CudaBackend final : public Backend {
     select();
     for (const MatmulOut& o : outs) check_quantized(o.w);
     const int64_t nb = w0.cols / 32;
-    auto* q = static_cast<int8_t*>(grow(act_, size_t(n_tokens) * (w0.cols + nb * sizeof(float2)), "matmul: scratch"));
+    // At least kMinActScratch: a captured decode step's matmuls read rows of
+    // different lengths (the model's width, then its FFN's), and a scratch that
+    // grew partway through a recording would give its first replay other
+    // addresses than the recording's, so the graph would be recorded twice.
+    const size_t act_bytes = size_t(n_tokens) * (w0.cols + nb * sizeof(float2));
+    auto* q = static_cast<int8_t*>(grow(act_, std::max(act_bytes, kMinActScratch), "matmul: scratch"));
     const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w0.cols)};
     if (queue("matmul.act", w0.type, w0.cols, x, n_tokens, q)) cuda::quantize_act(w0.type, x, n_tokens, w0.cols, xq, stream_);
     bool launch = true;

@@ -13,8 +13,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <span>
 #include <stdexcept>
+#include <string_view>
 
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/launch.cuh"
@@ -151,7 +153,7 @@ struct GemvSegs {
   int n;
 };
 
-template <class Block, int NT>
+template <class Block, int NT, int ROWS>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int64_t nb, const int8_t* xq,
                                                               const float2* xdc, int n_tokens) {
   grid_dependency();
@@ -166,16 +168,16 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
   constexpr int kSize = sizeof(Block);
   constexpr int kWords = (kStageBlocks * kSize + 15 + 15) / 16;
   constexpr int kLoads = (kWords + 31) / 32;
-  __shared__ uint4 stage[kGemvWarps][kGemvRows][kWords];
-  __shared__ float partial[kGemvWarps][kGemvRows][NT];
+  __shared__ uint4 stage[kGemvWarps][ROWS][kWords];
+  __shared__ float partial[kGemvWarps][ROWS][NT];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t r0 = int64_t(blockIdx.x - segs.s[si].first_block) * kGemvRows;
-  const uint8_t* row[kGemvRows];
+  const int64_t r0 = int64_t(blockIdx.x - segs.s[si].first_block) * ROWS;
+  const uint8_t* row[ROWS];
 #pragma unroll
-  for (int i = 0; i < kGemvRows; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
-  float sum[kGemvRows][NT], corr[kGemvRows][NT];
+  for (int i = 0; i < ROWS; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
+  float sum[ROWS][NT], corr[ROWS][NT];
 #pragma unroll
-  for (int i = 0; i < kGemvRows; ++i)
+  for (int i = 0; i < ROWS; ++i)
 #pragma unroll
     for (int t = 0; t < NT; ++t) sum[i][t] = corr[i][t] = 0.0f;
   // Decode (NT <= 2): the lane's activation blocks are loaded with the weights,
@@ -191,10 +193,10 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
         for (int t = 0; t < NT; ++t)
           if (lane + 32 * h < n_blocks && t < n_tokens) pre[h][t] = load_act(xq, xdc, nb, t, b_start + lane + 32 * h);
     }
-    int head[kGemvRows], words[kGemvRows];
-    uint4 v[kGemvRows][kLoads];
+    int head[ROWS], words[ROWS];
+    uint4 v[ROWS][kLoads];
 #pragma unroll
-    for (int i = 0; i < kGemvRows; ++i) {
+    for (int i = 0; i < ROWS; ++i) {
       const uintptr_t first = reinterpret_cast<uintptr_t>(row[i] + b_start * kSize);
       const auto* aligned = reinterpret_cast<const uint4*>(first & ~uintptr_t(15));
       head[i] = static_cast<int>(first & 15);
@@ -204,7 +206,7 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
         if (lane + 32 * k < words[i]) v[i][k] = aligned[lane + 32 * k];
     }
 #pragma unroll
-    for (int i = 0; i < kGemvRows; ++i)
+    for (int i = 0; i < ROWS; ++i)
 #pragma unroll
       for (int k = 0; k < kLoads; ++k)
         if (lane + 32 * k < words[i]) stage[warp][i][lane + 32 * k] = v[i][k];
@@ -213,9 +215,9 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
     for (int h = 0; h < 2; ++h) {  // kStageBlocks = 64: two blocks per lane
       const int j = lane + 32 * h;
       if (j >= n_blocks) break;
-      WBlock wb[kGemvRows];
+      WBlock wb[ROWS];
 #pragma unroll
-      for (int i = 0; i < kGemvRows; ++i)
+      for (int i = 0; i < ROWS; ++i)
         wb[i] = load_block<Block>(reinterpret_cast<const uint8_t*>(stage[warp][i]) + head[i], j);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
@@ -226,7 +228,7 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
           else
             a = load_act(xq, xdc, nb, t, b_start + j);
 #pragma unroll
-          for (int i = 0; i < kGemvRows; ++i) {
+          for (int i = 0; i < ROWS; ++i) {
             sum[i][t] += static_cast<float>(block_dot(wb[i], a)) * (wb[i].d * a.dc.x);
             corr[i][t] += wb[i].k * a.dc.y;
           }
@@ -236,14 +238,14 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
     __syncwarp();
   }
 #pragma unroll
-  for (int i = 0; i < kGemvRows; ++i)
+  for (int i = 0; i < ROWS; ++i)
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const float s = warp_sum(sum[i][t]) + warp_sum(corr[i][t]);
       if (lane == 0) partial[warp][i][t] = s;
     }
   __syncthreads();
-  if (threadIdx.x < kGemvRows * NT) {
+  if (threadIdx.x < ROWS * NT) {
     const int i = threadIdx.x / NT, t = threadIdx.x % NT;
     if (t < n_tokens && r0 + i < rows) {
       float s = 0.0f;
@@ -486,15 +488,24 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
                     static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n_tokens, o.y);
     return;
   }
-  auto* kernel = n <= 1 ? gemv_quant<Block, 1> : n <= 2 ? gemv_quant<Block, 2> : n <= 4 ? gemv_quant<Block, 4>
-                                                                                          : gemv_quant<Block, 8>;
+  // Decode (one or two tokens) may take more rows a block (INFERD_CUDA_GEMV_ROWS=4),
+  // so a block streams more weight bytes for its fixed cost.
+  static const int decode_rows = [] {
+    const char* e = std::getenv("INFERD_CUDA_GEMV_ROWS");
+    return e != nullptr && std::string_view(e) == "4" ? 4 : kGemvRows;
+  }();
+  const int rows_per_block = n <= 2 ? decode_rows : kGemvRows;
+  auto* kernel = n <= 1   ? (rows_per_block == 4 ? gemv_quant<Block, 1, 4> : gemv_quant<Block, 1, kGemvRows>)
+                 : n <= 2 ? (rows_per_block == 4 ? gemv_quant<Block, 2, 4> : gemv_quant<Block, 2, kGemvRows>)
+                 : n <= 4 ? gemv_quant<Block, 4, kGemvRows>
+                          : gemv_quant<Block, 8, kGemvRows>;
   for (size_t first = 0; first < outs.size(); first += kMaxSegs) {
     GemvSegs segs{};
     unsigned blocks = 0;
     for (size_t i = first; i < std::min(outs.size(), first + kMaxSegs); ++i) {
       const WeightView& w = outs[i].w;
       segs.s[segs.n++] = GemvSeg{static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, outs[i].y, blocks};
-      blocks += static_cast<unsigned>((w.rows + kGemvRows - 1) / kGemvRows);
+      blocks += static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
     }
     launch_kernel(kernel, blocks, 32 * kGemvWarps, 0, stream, segs, nb, x.q, x.dc, n);
   }
