@@ -68,6 +68,13 @@ Decision decide(const FabricTable& table, const Request& request) {
   Decision d;
   if (table.ports.empty()) {
     d.skipped = kNoDevices;
+    // The socket transports still need the interface on the master's network:
+    // from the kernel's own addresses, as each node names its interfaces. A
+    // master on loopback keeps the group on this host: nothing to choose.
+    const auto master = parse_ipv4(request.master_addr);
+    if (!request.interface.empty() || (master && (*master >> 24) != 127))
+      d.socket = socket_interface(request.kernel_addresses, request.master_addr, request.interface);
+    if (d.socket) d.env = check_socket_env(*d.socket, request.env);
     return d;
   }
   // The choice is by IP address, which only RoCE ports carry in their GIDs. On
