@@ -49,7 +49,7 @@ struct Decision {
   // Why no choice was needed (no RDMA devices, a master on loopback); "" otherwise.
   std::string skipped;
   std::vector<EnvCheck> env;  // with a choice, or with `socket`
-  // With no RDMA device: the kernel interface on the master's network, whose
+  // With no RDMA device (or InfiniBand ports only): the kernel interface on the master's network, whose
   // name NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME get (`env` holds those two;
   // an operator's wrong value there is reported, never refused).
   std::optional<SocketChoice> socket;

@@ -206,6 +206,13 @@ TEST_SUITE("fabric") {
     CHECK(d.ok());
     CHECK(!d.choice);
     CHECK(d.skipped == "InfiniBand ports only: no RoCE port to choose, NCCL picks the HCA and GID itself");
+    CHECK(!d.socket);
+    // The socket transports still get the interface on the master's subnet.
+    const Decision s = decide(t, {"10.0.0.1", "", {}, {{"ib0", "10.0.0.7", 16, false}}});
+    CHECK(s.ok());
+    REQUIRE(s.socket);
+    CHECK(s.socket->interface == "ib0");
+    CHECK(s.env.size() == 2);
   }
 
   TEST_CASE("fabric: the report shows every entry, the choice and each variable's source") {
