@@ -26,6 +26,7 @@ ControlHead::ControlHead(HeadOptions opts) : opts_(std::move(opts)), acceptor_(i
   acceptor_.listen();
   for (int r = 0; r < opts_.world_size; ++r) slots_[r].state.rank = r;
   slots_[0].state.joined = slots_[0].state.ready = true;
+  slots_[0].state.fabric = opts_.fingerprint.fabric;
   accept();
   thread_ = std::thread([this] { io_.run(); });
   spdlog::info("control plane: listening on {}:{} for {} worker rank(s)", opts_.address, opts_.port,
@@ -81,9 +82,11 @@ void ControlHead::on_message(const std::shared_ptr<Connection>& c, const json::o
     s.state.joined = true;
     s.state.peer = c->peer();
     s.state.address = c->peer_address();
+    s.state.fabric = theirs.fabric;
     s.heard = Clock::now();
     c->send({{"type", "welcome"}, {"rank", rank}, {"world_size", opts_.world_size}});
-    spdlog::info("control plane: rank {} joined from {}", rank, s.state.peer);
+    if (theirs.fabric.empty()) spdlog::info("control plane: rank {} joined from {}", rank, s.state.peer);
+    else spdlog::info("control plane: rank {} joined from {}; its fabric: {}", rank, s.state.peer, theirs.fabric.describe());
     cv_.notify_all();
     return;
   }
@@ -179,7 +182,10 @@ void ControlHead::send_reform(int generation) {
   for (const auto& s : slots_)
     if (s.state.rank > 0 && !s.conn)
       throw std::runtime_error(fmt::format("worker rank {} is not connected", s.state.rank));
-  const json::object m{{"type", "reform"}, {"generation", generation}};
+  // Every rank's fabric choice, so each worker's log shows the whole group's.
+  json::array fabric;
+  for (const auto& s : slots_) fabric.push_back(json::object{{"rank", s.state.rank}, {"choice", s.state.fabric.to_json()}});
+  const json::object m{{"type", "reform"}, {"generation", generation}, {"fabric", std::move(fabric)}};
   for (auto& s : slots_) {
     if (s.conn) s.conn->send(m);
     s.state.health.clear();

@@ -42,6 +42,8 @@ struct RankState {
   // Its monitors that are not ok, from its last heartbeat in the group's
   // current generation (a report from before a re-forming is dropped).
   std::vector<health::Signal> health;
+  // Its fabric pre-flight's choice, from its hello (the head's own for rank 0).
+  FabricChoice fabric;
 };
 
 // A worker's answer to a coverage order: what its steps touched of the shape

@@ -97,6 +97,18 @@ void ControlWorker::on_message(json::object m) {
   } else if (t == "reform") {
     const int generation = m.contains("generation") ? json::value_to<int>(m.at("generation")) : 0;
     spdlog::warn("control plane: the head re-forms the group as generation {}", generation);
+    if (const auto* f = m.if_contains("fabric"); f && f->is_array())
+      for (const auto& e : f->as_array()) {
+        const auto* o = e.if_object();
+        const auto* rank = o ? o->if_contains("rank") : nullptr;
+        const auto* choice = o ? o->if_contains("choice") : nullptr;
+        if (!rank || !rank->is_int64() || !choice || !choice->is_object()) continue;
+        try {
+          const FabricChoice c = FabricChoice::from_json(choice->as_object());
+          if (!c.empty()) spdlog::info("control plane: rank {}'s fabric: {}", rank->as_int64(), c.describe());
+        } catch (const std::exception&) {
+        }
+      }
     orders_.clear();
     Order o;
     o.reform = generation;

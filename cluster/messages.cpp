@@ -12,6 +12,40 @@ namespace inferd::cluster {
 
 namespace json = boost::json;
 
+std::string FabricChoice::describe() const {
+  if (empty()) return "none";
+  std::string out = "interface " + interface;
+  if (device.empty()) out += " (sockets: no RDMA device)";
+  else out += fmt::format(", {} port {}, RoCE v2 GID index {}", device, port, gid_index);
+  if (!address.empty()) out += ", address " + address;
+  if (mtu > 0) out += fmt::format(", MTU {}", mtu);
+  if (!link_layer.empty()) out += ", " + link_layer;
+  return out;
+}
+
+json::object FabricChoice::to_json() const {
+  return {{"interface", interface}, {"device", device}, {"port", port}, {"gid_index", gid_index},
+          {"mtu", mtu}, {"link_layer", link_layer}, {"address", address}};
+}
+
+FabricChoice FabricChoice::from_json(const json::object& o) {
+  FabricChoice c;
+  auto str = [&](std::string_view k, std::string& out) {
+    if (const auto* v = o.if_contains(k)) out = json::value_to<std::string>(*v);
+  };
+  auto num = [&](std::string_view k, int& out) {
+    if (const auto* v = o.if_contains(k)) out = json::value_to<int>(*v);
+  };
+  str("interface", c.interface);
+  str("device", c.device);
+  num("port", c.port);
+  num("gid_index", c.gid_index);
+  num("mtu", c.mtu);
+  str("link_layer", c.link_layer);
+  str("address", c.address);
+  return c;
+}
+
 json::object Fingerprint::to_json() const {
   return {{"model_bytes", model_bytes},
           {"model_hash", model_hash},
@@ -22,8 +56,7 @@ json::object Fingerprint::to_json() const {
           {"block_size", block_size},
           {"kv_cache_bytes", kv_cache_bytes},
           {"device", device},
-          {"fabric_link_layer", fabric_link_layer},
-          {"fabric_mtu", fabric_mtu}};
+          {"fabric", fabric.to_json()}};
 }
 
 Fingerprint Fingerprint::from_json(const json::object& o) {
@@ -37,8 +70,7 @@ Fingerprint Fingerprint::from_json(const json::object& o) {
   f.block_size = json::value_to<int>(o.at("block_size"));
   f.kv_cache_bytes = json::value_to<uint64_t>(o.at("kv_cache_bytes"));
   f.device = json::value_to<std::string>(o.at("device"));
-  if (const auto* l = o.if_contains("fabric_link_layer")) f.fabric_link_layer = json::value_to<std::string>(*l);
-  if (const auto* m = o.if_contains("fabric_mtu")) f.fabric_mtu = json::value_to<int>(*m);
+  if (const auto* c = o.if_contains("fabric")) f.fabric = FabricChoice::from_json(c->as_object());
   return f;
 }
 
@@ -56,9 +88,14 @@ std::optional<std::string> Fingerprint::differs(const Fingerprint& w, int rank) 
   if (auto d = diff("block_size", block_size, w.block_size)) return d;
   if (auto d = diff("kv_cache_bytes", kv_cache_bytes, w.kv_cache_bytes)) return d;
   if (auto d = diff("device", device, w.device)) return d;
-  if (fabric_mtu == 0 || w.fabric_mtu == 0) return std::nullopt;
-  if (auto d = diff("fabric link layer", fabric_link_layer, w.fabric_link_layer)) return d;
-  return diff("fabric MTU", fabric_mtu, w.fabric_mtu);
+  if (fabric.mtu == 0 || w.fabric.mtu == 0) return std::nullopt;
+  auto fabric_diff = [&](std::string_view what, const auto& mine, const auto& theirs) -> std::optional<std::string> {
+    if (mine == theirs) return std::nullopt;
+    return fmt::format("{} differs: the head has {} ({}), rank {} has {} ({})", what, mine, fabric.describe(), rank,
+                       theirs, w.fabric.describe());
+  };
+  if (auto d = fabric_diff("fabric link layer", fabric.link_layer, w.fabric.link_layer)) return d;
+  return fabric_diff("fabric MTU", fabric.mtu, w.fabric.mtu);
 }
 
 json::array signals_to_json(const std::vector<health::Signal>& signals) {

@@ -16,6 +16,26 @@ namespace inferd::cluster {
 
 constexpr uint32_t kMaxFrameBytes = 64u << 20;  // a plan of 64k tokens is ~1 MiB
 
+// The RDMA fabric (or, with no RDMA device, the socket interface) a rank's
+// pre-flight chose (docs/OPERATIONS.md, "Fabric pre-flight"). Empty where there
+// is none (one host, no interface on the master's network).
+struct FabricChoice {
+  std::string interface;
+  std::string device;  // "" without RDMA: sockets only
+  int port = 0;
+  int gid_index = -1;
+  int mtu = 0;  // the port's active MTU (the interface's without libibverbs); 0 unknown
+  std::string link_layer;
+  std::string address;  // this rank's address on the master's network
+  bool empty() const { return interface.empty() && device.empty(); }
+  // "interface ens1f0np0, mlx5_0 port 1, RoCE v2 GID index 3, address 10.0.0.5, MTU 9000, Ethernet";
+  // "interface fab0 (sockets: no RDMA device), address 10.77.0.2"; "none".
+  std::string describe() const;
+  boost::json::object to_json() const;
+  static FabricChoice from_json(const boost::json::object& o);
+  bool operator==(const FabricChoice&) const = default;
+};
+
 // What every rank of a group must agree on before it may run a step with the
 // others: the model file (its size and a hash of its header and tensor table),
 // the group's size, and the engine settings that decide step shapes and the KV
@@ -30,11 +50,10 @@ struct Fingerprint {
   int block_size = 0;
   uint64_t kv_cache_bytes = 0;
   std::string device;
-  // The RDMA fabric this rank's pre-flight chose (docs/OPERATIONS.md, "Fabric
-  // pre-flight"): its link layer and MTU. "" and 0 where there is none (no
-  // devices, one host): only ranks that both have one are compared.
-  std::string fabric_link_layer;
-  int fabric_mtu = 0;
+  // The whole choice travels, so each rank's log and the head's status show
+  // every rank's; only its link layer and MTU must agree, and only between
+  // ranks that both know an MTU (an RDMA port each).
+  FabricChoice fabric;
 
   boost::json::object to_json() const;
   static Fingerprint from_json(const boost::json::object& o);

@@ -472,8 +472,8 @@ const std::vector<Key>& keys() {
       string_key("fabric", "sysfs_root", "sysfs-root", &C::fabric, &FabricConfig::sysfs_root,
                  "where /sys is read from for the RDMA fabric pre-flight", not_empty),
       string_key("fabric", "interface", "", &C::fabric, &FabricConfig::interface, ""),
-      int_key("fabric", "link_downed_warn", "", &C::fabric, &FabricConfig::link_downed_warn, 0, int64_t{1} << 40, ""),
-      int_key("fabric", "errors_warn", "", &C::fabric, &FabricConfig::errors_warn, 0, int64_t{1} << 40, ""),
+      float_key("fabric", "link_downed_warn_per_s", "", &C::fabric, &FabricConfig::link_downed_warn_per_s, 0, 1048576, ""),
+      float_key("fabric", "errors_warn_per_s", "", &C::fabric, &FabricConfig::errors_warn_per_s, 0, 1048576, ""),
   };
   return table;
 }

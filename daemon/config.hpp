@@ -148,9 +148,10 @@ struct HealthConfig {
 struct FabricConfig {
   std::string sysfs_root = "/sys";  // tests point it at recorded trees
   std::string interface;            // "": chosen by master_addr
-  // The port monitor: increases since the warm-up baseline that warn.
-  int64_t link_downed_warn = 1;
-  int64_t errors_warn = 100;        // any other error counter
+  // The port monitor: error counters' growth per second, over one sampling
+  // interval, that warns; 0: never.
+  double link_downed_warn_per_s = 0.01;
+  double errors_warn_per_s = 1;     // any other error counter
   bool operator==(const FabricConfig&) const = default;
 };
 

@@ -99,6 +99,16 @@ EngineHost::EngineHost(Daemon& daemon) {
                   MetricType::Gauge, per_rank([](const cluster::RankState& r) { return r.joined ? 1.0 : 0.0; }));
   m.add_collector("inferd_tp_rank_steps_total", "Steps each worker rank reports it has run.", MetricType::Counter,
                   per_rank([](const cluster::RankState& r) { return static_cast<double>(r.steps); }, 1));
+  // Each rank's fabric choice as the head heard it (docs/OPERATIONS.md, "Fabric
+  // pre-flight"); `inferctl status` shows it beside the rank.
+  m.add_collector("inferd_tp_rank_fabric", "1 for each rank of the tensor-parallel group, labelled with its fabric choice.",
+                  MetricType::Gauge, [this] {
+                    std::vector<Metrics::Sample> out;
+                    if (const HeadGroup* g = group_ptr_.load())
+                      for (const auto& r : g->control().ranks())
+                        out.push_back({{{"rank", std::to_string(r.rank)}, {"choice", r.fabric.describe()}}, 1.0});
+                    return out;
+                  });
   auto head_timing = [this](auto field) {
     return [this, field] {
       const HeadGroup* g = group_ptr_.load();

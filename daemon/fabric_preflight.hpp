@@ -4,6 +4,7 @@
 #pragma once
 #include <string>
 
+#include "cluster/messages.hpp"
 #include "daemon/config.hpp"
 
 namespace inferd::daemon {
@@ -15,13 +16,12 @@ namespace inferd::daemon {
 // the environment, and the collectives read it once, when they start.
 void fabric_preflight(const Config& cfg);
 
-// What ranks compare when the group forms: the chosen port's link layer and MTU
-// (libibverbs' active MTU on a live node, else the interface's), read again as
-// the pre-flight read it. {"", 0} when there is no choice (one node, no devices).
-struct FabricIdentity {
-  std::string link_layer;
-  int mtu = 0;
-};
-FabricIdentity fabric_identity(const Config& cfg);
+// The choice as ranks exchange it when the group forms, read again as the
+// pre-flight read it: interface, device, port, GID index, address, and the
+// port's link layer and MTU (libibverbs' active MTU on a live node, else the
+// interface's); with no RDMA device the socket interface and address alone.
+// Empty when there is no choice (one node, a refusal, nothing on the master's
+// network).
+cluster::FabricChoice fabric_identity(const Config& cfg);
 
 }  // namespace inferd::daemon

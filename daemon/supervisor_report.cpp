@@ -126,10 +126,14 @@ void MonitorReport::record(const MonitorSample& s) {
               {{"device", p.device}, {"port", port}, {"counter", counter}})
           .set(double(value));
   }
-  for (const auto& d : s.fabric.deltas)
-    m.gauge("inferd_fabric_port_errors_since_baseline", "RDMA port error counter's increase since the warm-up baseline",
-            {{"device", d.device}, {"port", std::to_string(d.port)}, {"counter", d.counter}})
+  for (const auto& d : s.fabric.deltas) {
+    const Labels l{{"device", d.device}, {"port", std::to_string(d.port)}, {"counter", d.counter}};
+    m.gauge("inferd_fabric_port_errors_since_baseline", "RDMA port error counter's increase since the warm-up baseline", l)
         .set(double(d.since_baseline));
+    m.gauge("inferd_fabric_port_errors_per_second",
+            "RDMA port error counter's growth per second over the last sampling interval (what [fabric] *_warn_per_s bound)", l)
+        .set(d.per_second);
+  }
   export_gpus(m, s.gpu);
   export_pressure(m, "memory", s.psi.memory);
   export_pressure(m, "cpu", s.psi.cpu);

@@ -6,6 +6,7 @@
 
 #include "daemon/daemon.hpp"
 #include "daemon/engine_host.hpp"
+#include "daemon/fabric_preflight.hpp"
 #include "faults/fault_points.hpp"
 
 namespace inferd::daemon {
@@ -20,6 +21,13 @@ health::Level cap(health::Level l, health::Level most) { return l < most ? l : m
 constexpr milliseconds kFabricEvery{1000};
 
 health::Procfs procfs(const Daemon& d) { return health::Procfs(d.config().health.procfs_root); }
+
+// The pre-flight's port: only its going down stops the group (the others warn).
+// None with one node or without an RDMA choice: then every port counts.
+fabric::ChosenPort chosen_port(const Config& cfg) {
+  const cluster::FabricChoice c = fabric_identity(cfg);
+  return {c.device, c.port};
+}
 
 }  // namespace
 
@@ -38,8 +46,8 @@ HealthSampler::HealthSampler(Daemon& daemon, EngineHost* engines, std::function<
       step_deadline_(daemon.heartbeat(), s.step_deadline),
       probe_(s.probe),
       fabric_(daemon.config().fabric.sysfs_root,
-              {static_cast<uint64_t>(daemon.config().fabric.link_downed_warn),
-               static_cast<uint64_t>(daemon.config().fabric.errors_warn)}),
+              {daemon.config().fabric.link_downed_warn_per_s, daemon.config().fabric.errors_warn_per_s},
+              chosen_port(daemon.config())),
       gpu_(gpu_monitor_options(daemon.config())),
       policy_(s.policy) {
   const HealthConfig& h = daemon.config().health;

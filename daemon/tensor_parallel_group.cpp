@@ -81,9 +81,7 @@ cluster::Fingerprint group_fingerprint(const Config& cfg) {
   f.block_size = o.block_size;
   f.kv_cache_bytes = o.kv_cache_bytes;
   f.device = cfg.engine.device;
-  const FabricIdentity fabric = fabric_identity(cfg);
-  f.fabric_link_layer = fabric.link_layer;
-  f.fabric_mtu = fabric.mtu;
+  f.fabric = fabric_identity(cfg);
   return f;
 }
 

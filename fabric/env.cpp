@@ -61,7 +61,28 @@ std::string gid_problem(const std::string& set, const Choice& c, const Port& por
                      index, gid_address(g->gid), c.device, c.port, right);
 }
 
+std::string socket_problem(const std::string& name, const std::string& set, const std::string& interface) {
+  if (name == "NCCL_SOCKET_IFNAME" && !nccl_list_allows(set, interface, 0))
+    return fmt::format("NCCL_SOCKET_IFNAME={} does not select {}, the interface on the master's network", set,
+                       interface);
+  if (name == "GLOO_SOCKET_IFNAME" && set != interface)
+    return fmt::format("GLOO_SOCKET_IFNAME={} is not {}, the interface on the master's network", set, interface);
+  return {};
+}
+
 }  // namespace
+
+std::vector<EnvCheck> check_socket_env(const SocketChoice& socket, const std::map<std::string, std::string>& env) {
+  std::vector<EnvCheck> out = {{"NCCL_SOCKET_IFNAME", socket.interface, {}, {}},
+                               {"GLOO_SOCKET_IFNAME", socket.interface, {}, {}}};
+  for (EnvCheck& e : out) {
+    auto it = env.find(e.name);
+    if (it == env.end()) continue;
+    e.operator_value = it->second;
+    e.problem = socket_problem(e.name, it->second, socket.interface);
+  }
+  return out;
+}
 
 const std::vector<std::string>& env_names() {
   static const std::vector<std::string> names = {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
@@ -87,12 +108,8 @@ std::vector<EnvCheck> check_env(const Choice& c, const Port& port, const std::ma
     if (it == env.end()) continue;
     e.operator_value = it->second;
     const std::string& set = it->second;
-    if (e.name == "NCCL_SOCKET_IFNAME" && !nccl_list_allows(set, c.interface, 0)) {
-      e.problem = fmt::format("NCCL_SOCKET_IFNAME={} does not select {}, the interface on the master's network",
-                              set, c.interface);
-    } else if (e.name == "GLOO_SOCKET_IFNAME" && set != c.interface) {
-      e.problem = fmt::format("GLOO_SOCKET_IFNAME={} is not {}, the interface on the master's network", set,
-                              c.interface);
+    if (e.name == "NCCL_SOCKET_IFNAME" || e.name == "GLOO_SOCKET_IFNAME") {
+      e.problem = socket_problem(e.name, set, c.interface);
     } else if (e.name == "NCCL_IB_HCA" && !nccl_list_allows(set, c.device, c.port)) {
       e.problem = fmt::format("NCCL_IB_HCA={} does not select {}, the port on the master's network", set, hca);
     } else if (e.name == "NCCL_IB_GID_INDEX") {

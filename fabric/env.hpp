@@ -13,6 +13,10 @@ namespace inferd::fabric {
 std::vector<EnvCheck> check_env(const Choice& choice, const Port& port,
                                 const std::map<std::string, std::string>& operator_env);
 
+// NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME alone, for a node without RDMA devices.
+std::vector<EnvCheck> check_socket_env(const SocketChoice& socket,
+                                       const std::map<std::string, std::string>& operator_env);
+
 // The process's values of env_names(), the ones set.
 std::map<std::string, std::string> process_env();
 

@@ -83,55 +83,66 @@ std::vector<PortReading> read_ports(const std::string& root) {
   return out;
 }
 
-PortObservation assess(const std::vector<PortReading>& baseline, std::vector<PortReading> now,
-                       const PortThresholds& t) {
+PortObservation assess(const std::vector<PortReading>& baseline, const std::vector<PortReading>& previous,
+                       std::vector<PortReading> now, double seconds, const PortThresholds& t, const ChosenPort& chosen) {
   PortObservation o;
   o.signal.monitor = "fabric";
   o.ports = std::move(now);
   o.baselined = !baseline.empty();
-  std::vector<std::string> critical, warn;
+  std::vector<std::string> critical, warn, rates;
   for (const PortReading& b : baseline) {
     const PortReading* p = find(o.ports, b);
     const std::string name = fmt::format("{} port {}", b.device, b.port);
+    // Only the chosen port carries the group; the others going down are news, not an outage.
+    const bool carries = chosen.device.empty() || (chosen.device == b.device && chosen.port == b.port);
+    auto& down = carries ? critical : warn;
     if (p == nullptr) {
-      if (b.active) critical.push_back(name + " is gone");
+      if (b.active) down.push_back(name + " is gone");
       continue;
     }
-    if (b.active && !p->active) critical.push_back(fmt::format("{} went {}", name, p->state.empty() ? "down" : p->state));
-    for (const auto& [counter, before] : b.errors) {
+    if (b.active && !p->active) down.push_back(fmt::format("{} went {}", name, p->state.empty() ? "down" : p->state));
+    const PortReading* before_p = seconds > 0 ? find(previous, b) : nullptr;
+    for (const auto& [counter, at_baseline] : b.errors) {
       auto it = p->errors.find(counter);
       // A counter that went backwards was reset (driver reload): no increase.
-      const uint64_t grew = it == p->errors.end() || it->second < before ? 0 : it->second - before;
-      o.deltas.push_back({b.device, b.port, counter, grew});
-      const uint64_t limit = counter == "link_downed" ? t.link_downed : t.errors;
-      if (grew >= limit && limit > 0) warn.push_back(fmt::format("{} {} +{}", name, counter, grew));
+      auto grown = [&](uint64_t from) { return it == p->errors.end() || it->second < from ? 0 : it->second - from; };
+      CounterDelta delta{b.device, b.port, counter, grown(at_baseline), 0};
+      if (before_p != nullptr)
+        if (auto pit = before_p->errors.find(counter); pit != before_p->errors.end())
+          delta.per_second = static_cast<double>(grown(pit->second)) / seconds;
+      const double limit = counter == "link_downed" ? t.link_downed_per_s : t.errors_per_s;
+      if (limit > 0 && delta.per_second > 0 && delta.per_second >= limit)
+        rates.push_back(fmt::format("{} {} {:.3g}/s", name, counter, delta.per_second));
+      o.deltas.push_back(std::move(delta));
     }
   }
-  auto join = [](const std::vector<std::string>& v) {
+  auto join = [](const std::vector<std::string>& v, const char* sep = ", ") {
     std::string s;
-    for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+    for (const std::string& x : v) s += (s.empty() ? "" : sep) + x;
     return s;
   };
-  if (!critical.empty()) {
-    o.signal.level = health::Level::Critical;
-    o.signal.reason = join(critical) + (warn.empty() ? "" : "; " + join(warn));
-  } else if (!warn.empty()) {
-    o.signal.level = health::Level::Warn;
-    o.signal.reason = "error counters since the baseline: " + join(warn);
-  }
+  std::vector<std::string> parts;
+  if (!critical.empty()) parts.push_back(join(critical));
+  if (!warn.empty()) parts.push_back(join(warn));
+  if (!rates.empty()) parts.push_back(fmt::format("error rates over the last {:.3g} s: {}", seconds, join(rates)));
+  if (!critical.empty()) o.signal.level = health::Level::Critical;
+  else if (!parts.empty()) o.signal.level = health::Level::Warn;
+  o.signal.reason = join(parts, "; ");
   return o;
 }
 
-PortMonitor::PortMonitor(std::string sysfs_root, PortThresholds thresholds)
-    : root_(std::move(sysfs_root)), thresholds_(thresholds) {}
+PortMonitor::PortMonitor(std::string sysfs_root, PortThresholds thresholds, ChosenPort chosen)
+    : root_(std::move(sysfs_root)), thresholds_(thresholds), chosen_(std::move(chosen)) {}
 
 PortObservation PortMonitor::sample() {
-  std::vector<PortReading> base;
-  {
-    std::lock_guard lk(mu_);
-    base = baseline_;
-  }
-  return assess(base, read_ports(root_), thresholds_);
+  auto now = read_ports(root_);
+  const auto at = std::chrono::steady_clock::now();
+  std::lock_guard lk(mu_);
+  const double seconds = previous_.empty() ? 0 : std::chrono::duration<double>(at - previous_at_).count();
+  PortObservation o = assess(baseline_, previous_, now, seconds, thresholds_, chosen_);
+  previous_ = std::move(now);
+  previous_at_ = at;
+  return o;
 }
 
 void PortMonitor::capture_baseline() {

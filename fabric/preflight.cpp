@@ -19,7 +19,11 @@ Preflight run_preflight(const std::string& sysfs_root, const Request& request) {
     p.verbs = probe_verbs();
     merge_verbs(p.table, p.verbs);
   }
-  p.decision = decide(p.table, request);
+  // The interfaces of the network namespace this process runs in: the node's
+  // own names, whatever tree stands in for its /sys.
+  Request r = request;
+  if (r.kernel_addresses.empty()) r.kernel_addresses = kernel_ipv4_addresses();
+  p.decision = decide(p.table, r);
   return p;
 }
 

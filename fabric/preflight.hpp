@@ -15,7 +15,8 @@ struct Preflight {
   Decision decision;
 };
 
-// Throws std::runtime_error when the root is not a directory.
+// Reads the kernel's interfaces (kernel_ipv4_addresses()) unless the request
+// carries them. Throws std::runtime_error when the root is not a directory.
 Preflight run_preflight(const std::string& sysfs_root, const Request& request);
 
 // What libibverbs said, in one line ("" when not live).

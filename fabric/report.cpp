@@ -30,8 +30,27 @@ std::string format_table(const FabricTable& t) {
   return out;
 }
 
+std::string socket_line(const SocketChoice& s) {
+  return fmt::format("socket interface {} ({}/{}{})", s.interface, s.address, s.prefix_len,
+                     s.configured ? ", as configured" : ", on the master's subnet");
+}
+
+namespace {
+
+std::string env_lines(const std::vector<EnvCheck>& env) {
+  std::string out;
+  for (const EnvCheck& e : env) {
+    if (!e.operator_value) out += fmt::format("  {}={} (unset: inferd exports it)\n", e.name, e.value);
+    else if (e.problem.empty()) out += fmt::format("  {}={} (set by the operator; agrees)\n", e.name, *e.operator_value);
+    else out += fmt::format("  {}={} (set by the operator; WRONG, the fabric says {})\n", e.name, *e.operator_value, e.value);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string summary_line(const Decision& d) {
-  if (!d.skipped.empty()) return d.skipped;
+  if (!d.skipped.empty()) return d.socket ? d.skipped + "; " + socket_line(*d.socket) : d.skipped;
   std::string line;
   if (d.choice) {
     const Choice& c = *d.choice;
@@ -43,7 +62,10 @@ std::string summary_line(const Decision& d) {
 }
 
 std::string format_decision(const Decision& d, const Request& request) {
-  if (!d.skipped.empty()) return d.skipped + "\n";
+  if (!d.skipped.empty()) {
+    if (!d.socket) return d.skipped + "\n";
+    return d.skipped + "\n" + socket_line(*d.socket) + "\n" + env_lines(d.env);
+  }
   std::string out;
   if (d.choice) {
     const Choice& c = *d.choice;
@@ -51,11 +73,7 @@ std::string format_decision(const Decision& d, const Request& request) {
                        c.port, c.gid_index, c.address);
     if (!request.interface.empty()) out += fmt::format(", on interface {} as configured)\n", request.interface);
     else out += fmt::format(", {} leading bits shared with master {})\n", c.common_prefix_bits, request.master_addr);
-    for (const EnvCheck& e : d.env) {
-      if (!e.operator_value) out += fmt::format("  {}={} (unset: inferd exports it)\n", e.name, e.value);
-      else if (e.problem.empty()) out += fmt::format("  {}={} (set by the operator; agrees)\n", e.name, *e.operator_value);
-      else out += fmt::format("  {}={} (set by the operator; WRONG, the fabric says {})\n", e.name, *e.operator_value, e.value);
-    }
+    out += env_lines(d.env);
   }
   if (!d.refusal.empty()) out += "refused: " + d.refusal + "\n";
   return out;

@@ -66,16 +66,22 @@ std::string gid_address(const std::string& gid) {
 
 Decision decide(const FabricTable& table, const Request& request) {
   Decision d;
-  if (table.ports.empty()) {
-    d.skipped = kNoDevices;
+  // The socket transports (NCCL's bootstrap, Gloo) still need the interface on
+  // the master's network: from the kernel's own addresses, as each node names
+  // its interfaces. A master on loopback keeps the group on this host.
+  auto socket_only = [&](const char* why) {
+    d.skipped = why;
+    const auto master = parse_ipv4(request.master_addr);
+    if (!request.interface.empty() || (master && (*master >> 24) != 127))
+      d.socket = socket_interface(request.kernel_addresses, request.master_addr, request.interface);
+    if (d.socket) d.env = check_socket_env(*d.socket, request.env);
     return d;
-  }
+  };
+  if (table.ports.empty()) return socket_only(kNoDevices);
   // The choice is by IP address, which only RoCE ports carry in their GIDs. On
   // InfiniBand NCCL finds the HCA and its GID itself; the monitor still watches.
-  if (std::none_of(table.ports.begin(), table.ports.end(), [](const Port& p) { return p.link_layer != "InfiniBand"; })) {
-    d.skipped = "InfiniBand ports only: no RoCE port to choose, NCCL picks the HCA and GID itself";
-    return d;
-  }
+  if (std::none_of(table.ports.begin(), table.ports.end(), [](const Port& p) { return p.link_layer != "InfiniBand"; }))
+    return socket_only("InfiniBand ports only: no RoCE port to choose, NCCL picks the HCA and GID itself");
   const auto master = parse_ipv4(request.master_addr);
   if (master && (*master >> 24) == 127 && request.interface.empty()) {
     d.skipped = fmt::format("master address {} is loopback: the group stays on this host, no fabric to choose",

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fabric/netif.hpp"
 #include "fabric/table.hpp"
 
 namespace inferd::fabric {
@@ -16,6 +17,9 @@ struct Request {
   std::string interface;    // [fabric] interface: only this interface's entries; "" for any
   // Operator-set values of the variables env_names() lists; absent when unset.
   std::map<std::string, std::string> env;
+  // The kernel's IPv4 interfaces (kernel_ipv4_addresses()): where the socket
+  // transports go when there is no RDMA device to choose.
+  std::vector<InterfaceAddress> kernel_addresses;
 };
 
 struct Choice {
@@ -44,7 +48,11 @@ struct Decision {
   std::string refusal;
   // Why no choice was needed (no RDMA devices, a master on loopback); "" otherwise.
   std::string skipped;
-  std::vector<EnvCheck> env;  // with a choice
+  std::vector<EnvCheck> env;  // with a choice, or with `socket`
+  // With no RDMA device (or InfiniBand ports only): the kernel interface on the master's network, whose
+  // name NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME get (`env` holds those two;
+  // an operator's wrong value there is reported, never refused).
+  std::optional<SocketChoice> socket;
   bool ok() const { return refusal.empty(); }
 };
 

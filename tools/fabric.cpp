@@ -22,8 +22,10 @@ constexpr const char* kUsage =
     "the choice inferd's pre-flight makes for a group whose head is at ADDR (an IPv4\n"
     "address), or on interface IF: interface, device, port and RoCE v2 GID index, and the\n"
     "NCCL, Gloo and UCX variables it exports or, when they are set in this environment,\n"
-    "checks. Exit 0 when inferd would start (also with no RDMA devices: collectives over\n"
-    "TCP), 1 when it would refuse, 2 for bad flags.\n"
+    "checks. With no RDMA device: the interface whose subnet holds ADDR, from this network\n"
+    "namespace's own addresses, for NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME. Exit 0 when\n"
+    "inferd would start (also with no RDMA devices: collectives over TCP), 1 when it would\n"
+    "refuse, 2 for bad flags.\n"
     "--config reads [parallel] master_addr, [fabric] interface and [fabric] sysfs_root from\n"
     "inferd's configuration file; the flags override it.\n";
 
@@ -51,7 +53,7 @@ int cmd_fabric(const Args& args) {
     root = cfg.fabric.sysfs_root;
   }
   const fabric::Request request{args.get("master-addr", master), args.get("interface", interface),
-                                fabric::process_env()};
+                                fabric::process_env(), {}};
   const fabric::Preflight p = fabric::run_preflight(args.get("sysfs-root", root), request);
   if (const std::string v = fabric::verbs_line(p); !v.empty()) std::cout << v << "\n";
   std::cout << fabric::format_table(p.table);

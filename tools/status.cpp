@@ -30,7 +30,8 @@ constexpr const char* kUsage =
     "usage: inferctl status [--url http://127.0.0.1:8000] [--timeout SECONDS] [--api-key KEY]\n"
     "                       [--admin-url URL] [--admin-api-key KEY]\n"
     "Prints the daemon's lifecycle state, activity, model load, uptime, served model and health;\n"
-    "at the head of a tensor-parallel group, each rank (joined, steps, last heard, health).\n"
+    "at the head of a tensor-parallel group, each rank (joined, steps, last heard, health,\n"
+    "fabric choice).\n"
     "Health comes from /admin/supervisor, asked at --admin-url (default: --url; the daemon's\n"
     "admin listener needs no key) with --admin-api-key when the daemon has an admin key.\n";
 
@@ -64,6 +65,22 @@ std::map<std::string, double> labeled_values(const std::string& text, std::strin
       out[line.substr(head.size(), end - head.size())] = std::stod(line.substr(end + 3));
     } catch (const std::exception&) {
     }
+  }
+  return out;
+}
+
+// inferd_tp_rank_fabric{rank="1",choice="interface ..."} 1 -> {"1": "interface ..."}.
+std::map<std::string, std::string> rank_fabric(const std::string& text) {
+  const std::string head = "inferd_tp_rank_fabric{rank=\"", mid = "\",choice=\"";
+  std::map<std::string, std::string> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with(head)) continue;
+    const auto m = line.find(mid, head.size());
+    const auto end = line.rfind("\"}");
+    if (m == std::string::npos || end == std::string::npos || end < m) continue;
+    out[line.substr(head.size(), m - head.size())] = line.substr(m + mid.size(), end - m - mid.size());
   }
   return out;
 }
@@ -106,6 +123,7 @@ std::vector<std::string> describe_ranks(const std::string& metrics, const boost:
   const auto joined = labeled_values(metrics, "inferd_tp_rank_joined", "rank");
   const auto steps = labeled_values(metrics, "inferd_tp_rank_steps_total", "rank");
   const auto heard = labeled_values(metrics, "inferd_tp_rank_heard_seconds", "rank");
+  const auto fabric = rank_fabric(metrics);
   std::map<std::string, std::string> health;  // "1" -> "ok" or "shed (log: ...)"
   if (const auto* o = supervisor.if_object())
     if (const auto* ms = o->if_contains("monitors"); ms && ms->is_array())
@@ -122,6 +140,7 @@ std::vector<std::string> describe_ranks(const std::string& metrics, const boost:
     if (auto it = steps.find(rank); it != steps.end()) row += ", " + std::to_string(std::llround(it->second)) + " steps";
     if (auto it = heard.find(rank); it != heard.end() && j > 0) row += ", heard " + format_duration(it->second) + " ago";
     if (auto it = health.find(rank); it != health.end()) row += ", " + it->second;
+    if (auto it = fabric.find(rank); it != fabric.end() && it->second != "none") row += "; fabric: " + it->second;
     rows.emplace_back(std::atoi(rank.c_str()), std::move(row));
   }
   std::sort(rows.begin(), rows.end());

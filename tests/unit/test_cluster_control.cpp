@@ -44,22 +44,34 @@ bool head_hears(const ControlHead& head, const std::vector<Signal>& want) {
 TEST_SUITE("cluster") {
   TEST_CASE("fingerprint: ranks with a fabric compare its link layer and MTU; a rank without one is not compared") {
     Fingerprint head = fingerprint(), worker = fingerprint();
-    head.fabric_link_layer = worker.fabric_link_layer = "Ethernet";
-    head.fabric_mtu = 4096;
-    worker.fabric_mtu = 1024;
-    CHECK(head.differs(worker, 1) == "fabric MTU differs: the head has 4096, rank 1 has 1024");
-    worker.fabric_mtu = 4096;
+    head.fabric = {"ens1f0np0", "mlx5_0", 1, 3, 4096, "Ethernet", "10.0.0.5"};
+    worker.fabric = {"enp65s0f1np1", "mlx5_1", 1, 7, 1024, "Ethernet", "10.0.0.6"};
+    CHECK(head.differs(worker, 1) ==
+          "fabric MTU differs: the head has 4096 (interface ens1f0np0, mlx5_0 port 1, RoCE v2 GID index 3, address "
+          "10.0.0.5, MTU 4096, Ethernet), rank 1 has 1024 (interface enp65s0f1np1, mlx5_1 port 1, RoCE v2 GID index "
+          "7, address 10.0.0.6, MTU 1024, Ethernet)");
+    // Interface, device and index are each node's own: they may differ.
+    worker.fabric.mtu = 4096;
     CHECK(!head.differs(worker, 1));
-    worker.fabric_link_layer = "InfiniBand";
-    CHECK(head.differs(worker, 1) == "fabric link layer differs: the head has Ethernet, rank 1 has InfiniBand");
+    worker.fabric.link_layer = "InfiniBand";
+    CHECK(head.differs(worker, 1).value().starts_with(
+        "fabric link layer differs: the head has Ethernet (interface ens1f0np0,"));
+    CHECK(head.differs(worker, 1).value().find("rank 1 has InfiniBand (interface enp65s0f1np1,") != std::string::npos);
     worker = fingerprint();  // no fabric: collectives over TCP
     CHECK(!head.differs(worker, 1));
-    // Through JSON, and from a rank that sends no fabric fields at all.
+    // A socket-only choice (no RDMA device) carries no MTU: never compared.
+    worker.fabric.interface = "fab0";
+    worker.fabric.address = "10.77.0.2";
+    CHECK(!head.differs(worker, 1));
+    CHECK(worker.fabric.describe() == "interface fab0 (sockets: no RDMA device), address 10.77.0.2");
+    CHECK(FabricChoice{}.describe() == "none");
+    // Through JSON, whole, and from a rank that sends no fabric at all.
+    CHECK(Fingerprint::from_json(head.to_json()).fabric == head.fabric);
     CHECK(!head.differs(Fingerprint::from_json(head.to_json()), 1));
     auto o = head.to_json();
-    o.erase("fabric_mtu");
-    o.erase("fabric_link_layer");
-    CHECK(Fingerprint::from_json(o).fabric_mtu == 0);
+    o.erase("fabric");
+    CHECK(Fingerprint::from_json(o).fabric.empty());
+    CHECK(!head.differs(Fingerprint::from_json(o), 1));
   }
 
   TEST_CASE("control plane: a worker's health report reaches the head with its heartbeats; a re-forming starts it afresh") {

@@ -281,10 +281,13 @@ target = "journald"
     CHECK(config_error("[fabric]\nsysfs_root = \"\"\n") == "x.toml:2: [fabric] sysfs_root: must not be empty");
     CHECK(config_error("[fabric]\n\nbogus = 1\n") == "x.toml:3: [fabric] bogus: unknown key");
     CHECK(usage().find("--sysfs-root TEXT") != std::string::npos);
-    CHECK(Config{}.fabric.errors_warn == 100);
-    CHECK(parse_config_toml("[fabric]\nerrors_warn = 5\nlink_downed_warn = 0\n", "x.toml").fabric.errors_warn == 5);
-    CHECK(config_error("[fabric]\nerrors_warn = -1\n") ==
-          "x.toml:2: [fabric] errors_warn: must be between 0 and 1099511627776, got -1");
+    CHECK(Config{}.fabric.errors_warn_per_s == 1);
+    CHECK(Config{}.fabric.link_downed_warn_per_s == 0.01);
+    const auto f = parse_config_toml("[fabric]\nerrors_warn_per_s = 5\nlink_downed_warn_per_s = 0.5\n", "x.toml").fabric;
+    CHECK(f.errors_warn_per_s == 5);
+    CHECK(f.link_downed_warn_per_s == 0.5);
+    CHECK(config_error("[fabric]\nerrors_warn_per_s = -1\n") ==
+          "x.toml:2: [fabric] errors_warn_per_s: must be between 0 and 1048576, got -1");
   }
 
   TEST_CASE("config: --tool-call-parser and --reasoning-parser take vLLM's names that are implemented") {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fabric/env.hpp"
+#include "fabric/netif.hpp"
 #include "fabric/port_monitor.hpp"
 #include "fabric/report.hpp"
 #include "fabric/select.hpp"
@@ -26,7 +27,7 @@ std::string tree(const std::string& name) {
 
 Decision decide_on(const std::string& name, const std::string& master, std::map<std::string, std::string> env = {},
                    const std::string& interface = "") {
-  return decide(read_sysfs(tree(name)), Request{master, interface, std::move(env)});
+  return decide(read_sysfs(tree(name)), Request{master, interface, std::move(env), {}});
 }
 
 }  // namespace
@@ -205,6 +206,13 @@ TEST_SUITE("fabric") {
     CHECK(d.ok());
     CHECK(!d.choice);
     CHECK(d.skipped == "InfiniBand ports only: no RoCE port to choose, NCCL picks the HCA and GID itself");
+    CHECK(!d.socket);
+    // The socket transports still get the interface on the master's subnet.
+    const Decision s = decide(t, {"10.0.0.1", "", {}, {{"ib0", "10.0.0.7", 16, false}}});
+    CHECK(s.ok());
+    REQUIRE(s.socket);
+    CHECK(s.socket->interface == "ib0");
+    CHECK(s.env.size() == 2);
   }
 
   TEST_CASE("fabric: the report shows every entry, the choice and each variable's source") {
@@ -219,6 +227,61 @@ TEST_SUITE("fabric") {
     CHECK(text.find("NCCL_SOCKET_IFNAME=ens1f0np0 (unset: inferd exports it)") != std::string::npos);
     CHECK(text.find("NCCL_IB_GID_INDEX=2 (set by the operator; WRONG, the fabric says 3)") != std::string::npos);
     CHECK(text.find("refused: NCCL_IB_GID_INDEX=2") != std::string::npos);
+  }
+
+  TEST_CASE("fabric: with no RDMA device the socket interface is the one whose subnet holds the master") {
+    // Two nodes name the same link differently; each resolves its own.
+    const std::vector<InterfaceAddress> a = {{"lo", "127.0.0.1", 8, true},
+                                             {"eth0", "192.0.2.2", 24, false},
+                                             {"fab0", "10.77.0.1", 24, false}};
+    const std::vector<InterfaceAddress> b = {{"lo", "127.0.0.1", 8, true},
+                                             {"ens1f1", "10.77.0.2", 24, false},
+                                             {"wide", "10.0.0.9", 8, false}};
+    CHECK(socket_interface(a, "10.77.0.1", "") == SocketChoice{"fab0", "10.77.0.1", 24, false});
+    // The most specific subnet wins over a wider one that also holds the master.
+    CHECK(socket_interface(b, "10.77.0.1", "") == SocketChoice{"ens1f1", "10.77.0.2", 24, false});
+    CHECK(socket_interface(b, "10.1.2.3", "") == SocketChoice{"wide", "10.0.0.9", 8, false});
+    // A master no subnet holds (routed), or not IPv4: no choice.
+    CHECK(!socket_interface(a, "203.0.113.7", ""));
+    CHECK(!socket_interface(a, "head.example", ""));
+    // [fabric] interface names it, wherever the master is.
+    CHECK(socket_interface(a, "203.0.113.7", "eth0") == SocketChoice{"eth0", "192.0.2.2", 24, true});
+    CHECK(!socket_interface(a, "10.77.0.1", "ens1f1"));
+
+    Request r{"10.77.0.1", "", {}, b};
+    Decision d = decide(read_sysfs(tree("no-devices")), r);
+    CHECK(d.ok());
+    CHECK(d.skipped == kNoDevices);
+    REQUIRE(d.socket);
+    CHECK(d.socket->interface == "ens1f1");
+    REQUIRE(d.env.size() == 2);
+    CHECK(d.env[0].name == "NCCL_SOCKET_IFNAME");
+    CHECK(d.env[0].value == "ens1f1");
+    CHECK(d.env[1].name == "GLOO_SOCKET_IFNAME");
+    CHECK(summary_line(d) == "no RDMA devices; collectives over TCP; socket interface ens1f1 (10.77.0.2/24, on the "
+                             "master's subnet)");
+    CHECK(format_decision(d, r) ==
+          "no RDMA devices; collectives over TCP\n"
+          "socket interface ens1f1 (10.77.0.2/24, on the master's subnet)\n"
+          "  NCCL_SOCKET_IFNAME=ens1f1 (unset: inferd exports it)\n"
+          "  GLOO_SOCKET_IFNAME=ens1f1 (unset: inferd exports it)\n");
+    // An operator's wrong value is said, never refused: without RDMA nothing fails.
+    r.env = {{"GLOO_SOCKET_IFNAME", "eth0"}, {"NCCL_SOCKET_IFNAME", "ens"}};
+    d = decide(read_sysfs(tree("no-devices")), r);
+    CHECK(d.ok());
+    CHECK(d.env[0].problem.empty());  // "ens" is a prefix NCCL matches ens1f1 with
+    CHECK(d.env[1].problem == "GLOO_SOCKET_IFNAME=eth0 is not ens1f1, the interface on the master's network");
+    // A master on loopback keeps the group on this host; none on the master's network: the one line alone.
+    CHECK(!decide(read_sysfs(tree("no-devices")), Request{"127.0.0.1", "", {}, b}).socket);
+    d = decide(read_sysfs(tree("no-devices")), Request{"203.0.113.7", "", {}, b});
+    CHECK(!d.socket);
+    CHECK(d.env.empty());
+    CHECK(format_decision(d, {}) == "no RDMA devices; collectives over TCP\n");
+  }
+
+  TEST_CASE("fabric: the kernel's own interfaces are read (getifaddrs): loopback at least") {
+    const auto all = kernel_ipv4_addresses();
+    CHECK(std::any_of(all.begin(), all.end(), [](const InterfaceAddress& a) { return a.loopback && a.prefix_len == 8; }));
   }
 
   TEST_CASE("fabric: libibverbs runs for real and finds no devices on a machine without them") {
@@ -245,39 +308,80 @@ TEST_SUITE("fabric") {
     CHECK(read_ports(tree("nowhere")).empty());
   }
 
-  TEST_CASE("fabric monitor: before the baseline nothing is a signal; after it a port going down is critical") {
+  TEST_CASE("fabric monitor: before the baseline nothing is a signal; after it the chosen port going down is critical") {
     const auto base = read_ports(tree("two-ports"));
-    PortObservation o = assess({}, read_ports(tree("port-down")), {});
+    PortObservation o = assess({}, {}, read_ports(tree("port-down")), 0, {});
     CHECK(o.signal.level == inferd::health::Level::Ok);
     CHECK(!o.baselined);
     CHECK(o.deltas.empty());
-    o = assess(base, read_ports(tree("port-down")), {});
+    // No chosen port (InfiniBand, where NCCL picks; one node): every port counts.
+    o = assess(base, {}, read_ports(tree("port-down")), 0, {});
     CHECK(o.signal.monitor == "fabric");
     CHECK(o.signal.level == inferd::health::Level::Critical);
     CHECK(o.signal.reason == "mlx5_1 port 1 went DOWN");
+    // The pre-flight chose mlx5_1 port 1: its loss is critical.
+    o = assess(base, {}, read_ports(tree("port-down")), 0, {}, {"mlx5_1", 1});
+    CHECK(o.signal.level == inferd::health::Level::Critical);
+    // It chose mlx5_0 port 1: another port going down is said, at warn.
+    o = assess(base, {}, read_ports(tree("port-down")), 0, {}, {"mlx5_0", 1});
+    CHECK(o.signal.level == inferd::health::Level::Warn);
+    CHECK(o.signal.reason == "mlx5_1 port 1 went DOWN");
     // A port already down at the baseline is not news.
-    o = assess(read_ports(tree("port-down")), read_ports(tree("port-down")), {});
+    o = assess(read_ports(tree("port-down")), {}, read_ports(tree("port-down")), 0, {});
     CHECK(o.signal.level == inferd::health::Level::Ok);
-    CHECK(assess(base, {}, {}).signal.reason == "mlx5_0 port 1 is gone, mlx5_1 port 1 is gone");
+    CHECK(assess(base, {}, {}, 0, {}).signal.reason == "mlx5_0 port 1 is gone, mlx5_1 port 1 is gone");
+    o = assess(base, {}, {}, 0, {}, {"mlx5_0", 1});
+    CHECK(o.signal.level == inferd::health::Level::Critical);
+    CHECK(o.signal.reason == "mlx5_0 port 1 is gone; mlx5_1 port 1 is gone");
   }
 
-  TEST_CASE("fabric monitor: error counter deltas after the baseline warn past their thresholds") {
+  TEST_CASE("fabric monitor: error counters warn by their rate over the sampling interval, not their count") {
+    // Two recorded samples: two-ports, then errors-burst (out_of_sequence +600,
+    // symbol_error +20 on mlx5_1 port 1) some seconds later.
     const auto base = read_ports(tree("two-ports"));
-    PortObservation o = assess(base, read_ports(tree("rebooted")), {});
+    const auto burst = read_ports(tree("errors-burst"));
+    const PortThresholds t{.link_downed_per_s = 0.01, .errors_per_s = 1};
+    // 10 s apart: 60/s and 2/s, both over 1/s.
+    PortObservation o = assess(base, base, burst, 10, t);
     CHECK(o.signal.level == inferd::health::Level::Warn);
-    CHECK(o.signal.reason == "error counters since the baseline: mlx5_0 port 1 link_downed +1");
-    CHECK(std::find(o.deltas.begin(), o.deltas.end(), CounterDelta{"mlx5_0", 1, "link_downed", 1}) != o.deltas.end());
-    auto now = base;
-    now[1].errors["out_of_sequence"] = 99;
-    CHECK(assess(base, now, {}).signal.level == inferd::health::Level::Ok);
-    now[1].errors["out_of_sequence"] = 100;
-    o = assess(base, now, {});
-    CHECK(o.signal.level == inferd::health::Level::Warn);
-    CHECK(o.signal.reason == "error counters since the baseline: mlx5_1 port 1 out_of_sequence +100");
-    CHECK(assess(base, now, {1, 101}).signal.level == inferd::health::Level::Ok);
-    CHECK(assess(base, read_ports(tree("rebooted")), {0, 100}).signal.level == inferd::health::Level::Ok);
+    CHECK(o.signal.reason ==
+          "error rates over the last 10 s: mlx5_1 port 1 out_of_sequence 60/s, mlx5_1 port 1 symbol_error 2/s");
+    CHECK(std::find(o.deltas.begin(), o.deltas.end(), CounterDelta{"mlx5_1", 1, "out_of_sequence", 600, 60}) !=
+          o.deltas.end());
+    // The same growth over 100 s: symbol_error is 0.2/s, under the threshold.
+    o = assess(base, base, burst, 100, t);
+    CHECK(o.signal.reason == "error rates over the last 100 s: mlx5_1 port 1 out_of_sequence 6/s");
+    // Over an hour neither is a rate worth a warning, though the counts are the same.
+    o = assess(base, base, burst, 3600, t);
+    CHECK(o.signal.level == inferd::health::Level::Ok);
+    CHECK(std::find(o.deltas.begin(), o.deltas.end(), CounterDelta{"mlx5_1", 1, "out_of_sequence", 600, 600.0 / 3600}) !=
+          o.deltas.end());
+    // Once the burst stops, the next interval's rate is 0: the warning clears,
+    // while the count since the baseline stays.
+    o = assess(base, burst, burst, 1, t);
+    CHECK(o.signal.level == inferd::health::Level::Ok);
+    CHECK(std::find(o.deltas.begin(), o.deltas.end(), CounterDelta{"mlx5_1", 1, "out_of_sequence", 600, 0}) !=
+          o.deltas.end());
+    // No earlier sample: no rate yet.
+    CHECK(assess(base, {}, burst, 0, t).signal.level == inferd::health::Level::Ok);
+    // 0 never warns; a higher threshold holds.
+    CHECK(assess(base, base, burst, 10, {0.01, 0}).signal.level == inferd::health::Level::Ok);
+    CHECK(assess(base, base, burst, 10, {0.01, 61}).signal.level == inferd::health::Level::Ok);
+    // link_downed has its own threshold: one in 10 s is 0.1/s.
+    o = assess(base, base, read_ports(tree("rebooted")), 10, t);
+    CHECK(o.signal.reason == "error rates over the last 10 s: mlx5_0 port 1 link_downed 0.1/s");
+    CHECK(assess(base, base, read_ports(tree("rebooted")), 10, {0.2, 1}).signal.level == inferd::health::Level::Ok);
     // A counter that went backwards was reset, not an increase.
-    auto reset = read_ports(tree("rebooted"));
-    CHECK(assess(reset, base, {}).signal.level == inferd::health::Level::Ok);
+    CHECK(assess(burst, burst, base, 10, t).signal.level == inferd::health::Level::Ok);
+  }
+
+  TEST_CASE("fabric monitor: the monitor takes its rates between its own samples") {
+    PortMonitor m(tree("errors-burst"), {0.01, 1});
+    m.capture_baseline();
+    PortObservation o = m.sample();  // the first sample: nothing to take a rate from
+    CHECK(o.signal.level == inferd::health::Level::Ok);
+    o = m.sample();  // unchanged since: 0/s
+    CHECK(o.signal.level == inferd::health::Level::Ok);
+    for (const auto& d : o.deltas) CHECK(d.per_second == 0);
   }
 }
