@@ -16,12 +16,6 @@ constexpr std::string_view kToolCalls = "[TOOL_CALLS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kSpace = " \t\r\n";
 
-size_t partial_tag(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n)
-    if (tag.starts_with(s.substr(s.size() - n))) return n;
-  return 0;
-}
-
 // A JSON value at the start of `s` (leading whitespace allowed): complete, with
 // the characters it took; incomplete (more text may finish it); or invalid.
 struct Scan {
@@ -39,111 +33,28 @@ Scan scan_json(std::string_view s) {
   return {Scan::Complete, n, p.release()};
 }
 
-// {"name": "...", <args_key>: {...}}: the arguments an object (absent or null: {}).
-std::optional<ParsedToolCall> call_of(const json::value& v, std::initializer_list<std::string_view> args_keys,
-                                      bool only_known_keys) {
-  if (!v.is_object()) return std::nullopt;
-  const json::object& o = v.get_object();
-  const auto* name = o.if_contains("name");
-  if (!name || !name->is_string() || name->get_string().empty()) return std::nullopt;
-  const json::value* args = nullptr;
-  for (auto key : args_keys)
-    if ((args = o.if_contains(key))) break;
-  if (args && !args->is_object() && !args->is_null()) return std::nullopt;
-  if (only_known_keys)
-    for (const auto& [k, _] : o)
-      if (k != "name" && k != "type" && std::find(args_keys.begin(), args_keys.end(), k) == args_keys.end())
-        return std::nullopt;
-  return ParsedToolCall{std::string(name->get_string()),
-                        args && args->is_object() ? json::serialize(*args) : std::string("{}")};
-}
-
 }  // namespace
 
 // ---- mistral ------------------------------------------------------------------
 
-void MistralToolParser::emit_text(std::string_view text, ToolCallSplit& out) {
-  std::string s = ws_ + std::string(text);
-  ws_.clear();
-  if (after_calls_) {
-    const size_t b = s.find_first_not_of(kSpace);
-    s.erase(0, b == std::string::npos ? s.size() : b);
-    if (s.empty()) return;
-    after_calls_ = false;
-  }
-  const size_t e = s.find_last_not_of(kSpace);
-  const size_t keep = e == std::string::npos ? 0 : e + 1;
-  ws_ = s.substr(keep);
-  out.content.append(s, 0, keep);
-}
+MistralToolParser::MistralToolParser() : TaggedToolParser(kToolCalls) {}
 
-void MistralToolParser::malformed(ToolCallSplit& out) {
-  in_calls_ = false;
-  ws_ = std::move(ws_before_);
-  ws_before_.clear();
-  emit_text(kToolCalls, out);
-}
-
-ToolCallSplit MistralToolParser::push(std::string_view text) {
-  ToolCallSplit out;
-  buf_ += text;
-  while (true) {
-    if (!in_calls_) {
-      const size_t at = buf_.find(kToolCalls);
-      if (at == std::string::npos) {
-        const size_t keep = partial_tag(buf_, kToolCalls);
-        emit_text(std::string_view(buf_).substr(0, buf_.size() - keep), out);
-        buf_.erase(0, buf_.size() - keep);
-        return out;
+std::optional<size_t> MistralToolParser::take_calls(std::string_view after, std::vector<ParsedToolCall>& calls) {
+  const size_t b = after.find_first_not_of(kSpace);
+  if (b == std::string_view::npos) return std::nullopt;
+  if (after[b] != '[') return 0;  // not an array: only the tag is text
+  const Scan s = scan_json(after);
+  if (s.state == Scan::Incomplete) return std::nullopt;
+  if (s.state == Scan::Complete && s.value.is_array())
+    for (const auto& v : s.value.get_array()) {
+      auto call = call_from_json(v, {"arguments"}, false);
+      if (!call) {
+        calls.clear();
+        break;
       }
-      emit_text(std::string_view(buf_).substr(0, at), out);
-      ws_before_ = std::move(ws_);
-      ws_.clear();
-      buf_.erase(0, at + kToolCalls.size());
-      in_calls_ = true;
+      calls.push_back(std::move(*call));
     }
-    const size_t b = buf_.find_first_not_of(kSpace);
-    if (b == std::string::npos) return out;
-    if (buf_[b] != '[') {
-      malformed(out);
-      continue;
-    }
-    Scan s = scan_json(buf_);
-    if (s.state == Scan::Incomplete) return out;
-    std::vector<ParsedToolCall> calls;
-    if (s.state == Scan::Complete && s.value.is_array() && !s.value.get_array().empty())
-      for (const auto& v : s.value.get_array()) {
-        auto call = call_of(v, {"arguments"}, false);
-        if (!call) break;
-        calls.push_back(std::move(*call));
-      }
-    if (calls.empty() || calls.size() != s.value.get_array().size()) {
-      malformed(out);  // the array (or whatever it is) goes out as text next time round
-      continue;
-    }
-    calls_ += static_cast<int>(calls.size());
-    out.calls.insert(out.calls.end(), std::make_move_iterator(calls.begin()), std::make_move_iterator(calls.end()));
-    buf_.erase(0, s.length);
-    in_calls_ = false;
-    after_calls_ = true;
-    ws_before_.clear();
-  }
-}
-
-ToolCallSplit MistralToolParser::finish() {
-  ToolCallSplit out;
-  if (in_calls_) {
-    // An array never finished: a final parse (a bare number or the like) cannot make it calls.
-    ws_ = std::move(ws_before_);
-    emit_text(std::string(kToolCalls) + buf_, out);
-  } else {
-    emit_text(buf_, out);
-  }
-  buf_.clear();
-  in_calls_ = false;
-  if (calls_ == 0) out.content += ws_;
-  ws_.clear();
-  return out;
+  return calls.empty() ? 0 : s.length;  // an array that is not all calls is text, read again for tags
 }
 
 // ---- llama3_json ----------------------------------------------------------------
@@ -193,7 +104,7 @@ ToolCallSplit Llama3JsonToolParser::push(std::string_view text) {
     }
     Scan s = scan_json(std::string_view(buf_).substr(at));
     if (s.state == Scan::Incomplete) return out;
-    auto call = s.state == Scan::Complete ? call_of(s.value, {"parameters", "arguments"}, true) : std::nullopt;
+    auto call = s.state == Scan::Complete ? call_from_json(s.value, {"parameters", "arguments"}, true) : std::nullopt;
     if (!call) return to_text(out, buf_.find_first_not_of(kSpace));
     out.calls.push_back(std::move(*call));
     ++calls_;

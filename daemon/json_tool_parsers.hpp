@@ -19,23 +19,12 @@
 
 namespace inferd::daemon {
 
-class MistralToolParser : public ToolCallParser {
+class MistralToolParser final : public TaggedToolParser {
  public:
-  ToolCallSplit push(std::string_view text) override;
-  ToolCallSplit finish() override;
-  int calls() const override { return calls_; }
+  MistralToolParser();
 
  private:
-  void emit_text(std::string_view text, ToolCallSplit& out);
-  // After the tag: JSON that is not an array of calls is text, tag and all.
-  void malformed(ToolCallSplit& out);
-
-  std::string buf_;          // not yet let out: a possible tag start, or the array so far
-  bool in_calls_ = false;    // after [TOOL_CALLS], before the array's end
-  std::string ws_;           // whitespace at the end of the text so far: dropped if calls follow
-  std::string ws_before_;    // that whitespace, kept while the array is open in case it is malformed
-  bool after_calls_ = false; // the last thing let out was calls: leading whitespace is dropped
-  int calls_ = 0;
+  std::optional<size_t> take_calls(std::string_view after, std::vector<ParsedToolCall>& calls) override;
 };
 
 class Llama3JsonToolParser : public ToolCallParser {

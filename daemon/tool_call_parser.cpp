@@ -32,20 +32,27 @@ std::unique_ptr<ToolCallParser> make_tool_call_parser(std::string_view name) {
   return std::make_unique<HermesToolParser>();
 }
 
-std::optional<ParsedToolCall> HermesToolParser::parse_call(std::string_view body) {
-  boost::system::error_code ec;
-  const boost::json::value v = boost::json::parse(body, ec);
-  if (ec || !v.is_object()) return std::nullopt;
+std::optional<ParsedToolCall> call_from_json(const boost::json::value& v,
+                                             std::initializer_list<std::string_view> args_keys, bool only_known_keys) {
+  if (!v.is_object()) return std::nullopt;
   const boost::json::object& o = v.get_object();
   const auto* name = o.if_contains("name");
   if (!name || !name->is_string() || name->get_string().empty()) return std::nullopt;
-  const auto* args = o.if_contains("arguments");
+  const boost::json::value* args = nullptr;
+  for (auto key : args_keys)
+    if ((args = o.if_contains(key))) break;
   if (args && !args->is_object() && !args->is_null()) return std::nullopt;
+  if (only_known_keys)
+    for (const auto& [k, _] : o)
+      if (k != "name" && k != "type" && std::find(args_keys.begin(), args_keys.end(), k) == args_keys.end())
+        return std::nullopt;
   return ParsedToolCall{std::string(name->get_string()),
                         args && args->is_object() ? boost::json::serialize(*args) : std::string("{}")};
 }
 
-void HermesToolParser::emit_text(std::string_view text, ToolCallSplit& out) {
+// ---- the tag-introduced formats ---------------------------------------------------
+
+void TaggedToolParser::emit_text(std::string_view text, ToolCallSplit& out) {
   std::string s = ws_ + std::string(text);
   ws_.clear();
   if (after_call_) {
@@ -60,14 +67,14 @@ void HermesToolParser::emit_text(std::string_view text, ToolCallSplit& out) {
   out.content.append(s, 0, keep);
 }
 
-ToolCallSplit HermesToolParser::push(std::string_view text) {
+ToolCallSplit TaggedToolParser::push(std::string_view text) {
   ToolCallSplit out;
   buf_ += text;
   while (true) {
     if (!in_call_) {
-      const size_t at = buf_.find(kOpen);
+      const size_t at = buf_.find(tag_);
       if (at == std::string::npos) {
-        const size_t keep = partial_tag(buf_, kOpen);
+        const size_t keep = partial_tag(buf_, tag_);
         emit_text(std::string_view(buf_).substr(0, buf_.size() - keep), out);
         buf_.erase(0, buf_.size() - keep);
         return out;
@@ -75,32 +82,33 @@ ToolCallSplit HermesToolParser::push(std::string_view text) {
       emit_text(std::string_view(buf_).substr(0, at), out);
       ws_before_ = std::move(ws_);
       ws_.clear();
-      buf_.erase(0, at + kOpen.size());
+      buf_.erase(0, at + tag_.size());
       in_call_ = true;
     }
-    const size_t end = buf_.find(kClose);
-    if (end == std::string::npos) return out;
-    const std::string body = buf_.substr(0, end);
-    buf_.erase(0, end + kClose.size());
+    std::vector<ParsedToolCall> calls;
+    const std::optional<size_t> took = take_calls(buf_, calls);
+    if (!took) return out;
     in_call_ = false;
-    if (auto call = parse_call(body)) {
-      out.calls.push_back(std::move(*call));
-      ++calls_;
-      after_call_ = true;
-      ws_before_.clear();
-    } else {
+    const std::string taken = buf_.substr(0, *took);
+    buf_.erase(0, *took);
+    if (calls.empty()) {  // malformed: shown as text, tag and all
       ws_ = std::move(ws_before_);
       ws_before_.clear();
-      emit_text(std::string(kOpen) + body + std::string(kClose), out);
+      emit_text(std::string(tag_) + taken, out);
+      continue;
     }
+    calls_ += static_cast<int>(calls.size());
+    out.calls.insert(out.calls.end(), std::make_move_iterator(calls.begin()), std::make_move_iterator(calls.end()));
+    after_call_ = true;
+    ws_before_.clear();
   }
 }
 
-ToolCallSplit HermesToolParser::finish() {
+ToolCallSplit TaggedToolParser::finish() {
   ToolCallSplit out;
   if (in_call_) {
     ws_ = std::move(ws_before_);
-    emit_text(std::string(kOpen) + buf_, out);
+    emit_text(std::string(tag_) + buf_, out);
   } else {
     emit_text(buf_, out);
   }
@@ -110,6 +118,24 @@ ToolCallSplit HermesToolParser::finish() {
   if (calls_ == 0) out.content += ws_;
   ws_.clear();
   return out;
+}
+
+// ---- hermes ---------------------------------------------------------------------
+
+HermesToolParser::HermesToolParser() : TaggedToolParser(kOpen) {}
+
+std::optional<ParsedToolCall> HermesToolParser::parse_call(std::string_view body) {
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(body, ec);
+  if (ec) return std::nullopt;
+  return call_from_json(v, {"arguments"}, false);
+}
+
+std::optional<size_t> HermesToolParser::take_calls(std::string_view after, std::vector<ParsedToolCall>& calls) {
+  const size_t end = after.find(kClose);
+  if (end == std::string_view::npos) return std::nullopt;
+  if (auto call = parse_call(after.substr(0, end))) calls.push_back(std::move(*call));
+  return end + kClose.size();
 }
 
 }  // namespace inferd::daemon

@@ -15,11 +15,16 @@
 // string "name" (and an object "arguments", if any) is text of the answer, tags
 // and all: a malformed call is shown, never dropped.
 #pragma once
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace boost::json {
+class value;
+}
 
 namespace inferd::daemon {
 
@@ -52,24 +57,48 @@ class ToolCallParser {
 // The parser a name above stands for; "" is hermes.
 std::unique_ptr<ToolCallParser> make_tool_call_parser(std::string_view name);
 
-class HermesToolParser : public ToolCallParser {
- public:
-  ToolCallSplit push(std::string_view text) override;
-  ToolCallSplit finish() override;
-  int calls() const override { return calls_; }
+// {"name": "...", <one of args_keys>: {...}} as a call (the arguments absent or
+// null: {}); with `only_known_keys`, any other key but "type" makes it no call.
+std::optional<ParsedToolCall> call_from_json(const boost::json::value& v,
+                                             std::initializer_list<std::string_view> args_keys, bool only_known_keys);
 
-  // A call's body (between the tags) as a call, or nullopt when malformed.
-  static std::optional<ParsedToolCall> parse_call(std::string_view body);
+// What the formats whose calls follow a tag share (hermes: <tool_call>, mistral:
+// [TOOL_CALLS]): the text outside calls goes out less the whitespace next to
+// them; text that may still begin the tag is held back; calls that turn out
+// malformed, or never end, are text again, tag and all.
+class TaggedToolParser : public ToolCallParser {
+ public:
+  ToolCallSplit push(std::string_view text) final;
+  ToolCallSplit finish() final;
+  int calls() const final { return calls_; }
+
+ protected:
+  explicit TaggedToolParser(std::string_view tag) : tag_(tag) {}
+  // The calls at the start of `after` (what follows the tag): how many characters
+  // they took, with `calls` filled; nullopt while they may still be unfinished;
+  // with `calls` left empty, the characters to show as text after the tag.
+  virtual std::optional<size_t> take_calls(std::string_view after, std::vector<ParsedToolCall>& calls) = 0;
 
  private:
   void emit_text(std::string_view text, ToolCallSplit& out);
 
-  std::string buf_;         // not yet let out: a possible tag start, or an open call's body
-  bool in_call_ = false;
-  std::string ws_;          // whitespace at the end of the text so far: dropped if a call follows
-  std::string ws_before_;   // that whitespace, kept while a call is open in case it is malformed
-  bool after_call_ = false; // the last thing let out was a call: leading whitespace is dropped
+  std::string_view tag_;
+  std::string buf_;          // not yet let out: a possible tag start, or what follows an open tag
+  bool in_call_ = false;     // after the tag, before its calls end
+  std::string ws_;           // whitespace at the end of the text so far: dropped if a call follows
+  std::string ws_before_;    // that whitespace, kept while a call is open in case it is malformed
+  bool after_call_ = false;  // the last thing let out was a call: leading whitespace is dropped
   int calls_ = 0;
+};
+
+class HermesToolParser final : public TaggedToolParser {
+ public:
+  HermesToolParser();
+  // A call's body (between the tags) as a call, or nullopt when malformed.
+  static std::optional<ParsedToolCall> parse_call(std::string_view body);
+
+ private:
+  std::optional<size_t> take_calls(std::string_view after, std::vector<ParsedToolCall>& calls) override;
 };
 
 }  // namespace inferd::daemon
