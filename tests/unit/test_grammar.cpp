@@ -13,6 +13,7 @@
 #include "engine/grammar/json_schema.hpp"
 #include "engine/grammar/matcher.hpp"
 #include "engine/grammar/token_mask.hpp"
+#include "tests/unit/token_mask_check.hpp"
 
 namespace g = inferd::engine::grammar;
 namespace json = boost::json;
@@ -224,15 +225,7 @@ TEST_CASE("grammar: token mask equals trying every token") {
   g::TokenSet got;
   const std::vector<int32_t> stops = {eos};
   for (size_t i = 0; i <= doc.size(); ++i) {
-    const size_t n = index.allowed(m, stops, got);
-    size_t expected = 0;
-    for (size_t id = 0; id < vocab.size(); ++id) {
-      const bool want = id == static_cast<size_t>(eos) ? m.can_end() : m.accepts(vocab[id]);
-      expected += want;
-      CHECK_MESSAGE(g::contains(got, static_cast<int32_t>(id)) == want, "after `", doc.substr(0, i), "`: token `",
-                    vocab[id], "`");
-    }
-    CHECK(n == expected);
+    test_mask::check_against_brute_force(index, m, vocab, eos, doc.substr(0, i), got);
     if (i < doc.size()) REQUIRE(m.accept(doc.substr(i, 1)));
   }
   CHECK(m.finished());

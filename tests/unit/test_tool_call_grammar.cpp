@@ -15,6 +15,7 @@
 #include "engine/grammar/matcher.hpp"
 #include "engine/grammar/token_mask.hpp"
 #include "engine/grammar/tool_calls.hpp"
+#include "tests/unit/token_mask_check.hpp"
 
 namespace g = inferd::engine::grammar;
 namespace json = boost::json;
@@ -182,17 +183,8 @@ TEST_CASE("tool call grammar: the token mask equals trying every token") {
   const std::string doc = weather + "\n" + weather;
   g::Matcher m(gr);
   g::TokenSet got;
-  const std::vector<int32_t> stops = {eos};
   for (size_t i = 0; i <= doc.size(); ++i) {
-    const size_t n = index.allowed(m, stops, got);
-    size_t expected = 0;
-    for (size_t id = 0; id < vocab.size(); ++id) {
-      const bool want = id == static_cast<size_t>(eos) ? m.can_end() : m.accepts(vocab[id]);
-      expected += want;
-      CHECK_MESSAGE(g::contains(got, static_cast<int32_t>(id)) == want, "after `", doc.substr(0, i), "`: token `",
-                    vocab[id], "`");
-    }
-    CHECK(n == expected);
+    test_mask::check_against_brute_force(index, m, vocab, eos, doc.substr(0, i), got);
     // The stop token only after a whole call.
     CHECK(g::contains(got, eos) == (i == weather.size() || i == doc.size()));
     if (i < doc.size()) REQUIRE(m.accept(doc.substr(i, 1)));
@@ -244,18 +236,9 @@ TEST_CASE("tool call grammar in free text: the token mask equals trying every to
   const std::string doc = "Hi \xC3\xA9 <tool " + weather + " there";
   g::Matcher m(gr);
   g::TokenSet got;
-  const std::vector<int32_t> stops = {eos};
   const size_t open = doc.find("<tool_call>") + 11, close = doc.find("</tool_call>") + 12;
   for (size_t i = 0; i <= doc.size(); ++i) {
-    const size_t n = index.allowed(m, stops, got);
-    size_t expected = 0;
-    for (size_t id = 0; id < vocab.size(); ++id) {
-      const bool want = id == static_cast<size_t>(eos) ? m.can_end() : m.accepts(vocab[id]);
-      expected += want;
-      CHECK_MESSAGE(g::contains(got, static_cast<int32_t>(id)) == want, "after `", doc.substr(0, i), "`: token `",
-                    vocab[id], "`");
-    }
-    CHECK(n == expected);
+    test_mask::check_against_brute_force(index, m, vocab, eos, doc.substr(0, i), got);
     CHECK(g::contains(got, eos) == (i < open || i >= close));  // no stop inside a call
     if (i < doc.size()) REQUIRE(m.accept(doc.substr(i, 1)));
   }
