@@ -116,22 +116,75 @@ void bench_attention(Backend& be, double roofline) {
   std::printf("\n]");
 }
 
+// "4096x14336,8192" -> {{4096, 14336}, {8192, 8192}} (rows x cols).
+std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& text) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const size_t x = item.find('x');
+    const int64_t rows = std::stoll(item.substr(0, x));
+    out.emplace_back(rows, x == std::string::npos ? rows : std::stoll(item.substr(x + 1)));
+    at = end + 1;
+  }
+  return out;
+}
+
+std::vector<int64_t> parse_ints(const std::string& text) {
+  std::vector<int64_t> out;
+  for (const auto& [n, unused] : parse_shapes(text)) out.push_back(n);
+  return out;
+}
+
 }  // namespace
 
-int main() {
+// bench_cuda [--shapes ROWSxCOLS,...] [--types q4_0,f16,...] [--tokens 1,2,...] [--no-attention]
+int main(int argc, char** argv) {
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{8192, 8192}};
+  std::vector<DType> types = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32};
+  std::vector<int64_t> token_counts = {1, 2, 4, 8, 16, 32, 64, 128, 512};
+  bool attention = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const std::string value = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--shapes") shapes = parse_shapes(value), ++i;
+    else if (a == "--tokens") token_counts = parse_ints(value), ++i;
+    else if (a == "--no-attention") attention = false;
+    else if (a == "--types") {
+      types.clear();
+      for (size_t at = 0; at <= value.size();) {
+        const size_t end = std::min(value.find(',', at), value.size());
+        const std::string name = value.substr(at, end - at);
+        bool known = false;
+        for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32})
+          if (traits(t).name == name) types.push_back(t), known = true;
+        if (!known) {
+          std::fprintf(stderr, "bench_cuda: unknown type %s\n", name.c_str());
+          return 2;
+        }
+        at = end + 1;
+      }
+      ++i;
+    } else {
+      std::fprintf(stderr, "usage: bench_cuda [--shapes ROWSxCOLS,...] [--types q4_0,...] [--tokens 1,2,...] "
+                           "[--no-attention]\n");
+      return 2;
+    }
+  }
   Backend& be = *make_cuda_backend(0).release();
   // The same kernels without the tensor cores, for the steps that would use them.
   Backend& cores = *make_cuda_backend(0, CudaOptions{.tensor_core_min_tokens = INT64_MAX}).release();
   const double roofline = copy_gbps();
   std::printf("{\"device\": \"%s\", \"copy_GBps\": %.0f, \"tensor_core_min_tokens\": %lld, \"matmul\": [\n",
               be.name().c_str(), roofline, (long long)CudaOptions{}.tensor_core_min_tokens);
-  const int64_t rows = 8192, cols = 8192;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> src(cols);
-  for (auto& v : src) v = dist(rng);
   bool first = true;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32}) {
+  for (const auto& [rows, cols] : shapes)
+  for (DType t : types) {
+    std::vector<float> src(cols);
+    for (auto& v : src) v = dist(rng);
     const size_t rb = row_bytes(t, cols), bytes = rb * rows;
     std::vector<uint8_t> host(bytes);
     for (int64_t r = 0; r < rows; ++r) quantize_row(t, src.data(), host.data() + r * rb, cols);
@@ -142,7 +195,7 @@ int main() {
       ws.push_back(be.alloc(bytes));
       be.upload(ws.back().data(), host.data(), bytes);
     }
-    for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) {
+    for (int64_t n : token_counts) {
       std::vector<float> x(n * cols);
       for (auto& v : x) v = dist(rng);
       Buffer dx = be.alloc(x.size() * sizeof(float)), dy = be.alloc(n * rows * sizeof(float));
@@ -175,7 +228,7 @@ int main() {
     }
   }
   std::printf("\n]");
-  bench_attention(be, roofline);
+  if (attention) bench_attention(be, roofline);
   std::printf("}\n");
   return 0;
 }

@@ -7,8 +7,9 @@
 // Decode-sized steps (up to kGemvTokens tokens) run a GEMV: one warp per weight
 // row, reading the row once for all tokens, which is what bounds decode (weight
 // bytes over memory bandwidth); weights that share their input (q, k and v) run
-// in one launch. Larger steps run a tiled GEMM of 64 rows x 64
-// tokens per block through shared memory.
+// in one launch. Steps of up to kMmqTokens tokens run on the int8 tensor cores
+// (mmq_quant), larger ones a tiled dp4a GEMM of 64 rows x 64 tokens per block
+// through shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -141,6 +142,13 @@ constexpr int kStageBlocks = 64;  // two per lane
 // Up to kMaxSegs weights of one type and row length read the same activations
 // in one launch (q, k and v; gate and up): each takes a run of the grid's blocks.
 constexpr int kMaxSegs = 3;
+
+// 16-byte words of shared memory a warp's stage of one row takes: the stage's
+// blocks and up to 15 bytes before them, to the 16-byte boundary.
+template <class Block>
+__host__ __device__ constexpr int stage_words() {
+  return (kStageBlocks * int(sizeof(Block)) + 15 + 15) / 16;
+}
 struct GemvSeg {
   const uint8_t* w;
   size_t row_stride;
@@ -166,11 +174,11 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
   const int64_t rows = segs.s[si].rows;
   float* const y = segs.s[si].y;
   constexpr int kSize = sizeof(Block);
-  constexpr int kWords = (kStageBlocks * kSize + 15 + 15) / 16;
+  constexpr int kWords = stage_words<Block>();
   constexpr int kLoads = (kWords + 31) / 32;
-  __shared__ uint4 stage[kGemvWarps][ROWS][kWords];
+  extern __shared__ uint4 stage_mem[];  // [n_warps][ROWS][kWords], sized at launch
   __shared__ float partial[kGemvWarps][ROWS][NT];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   const int64_t r0 = int64_t(blockIdx.x - segs.s[si].first_block) * ROWS;
   const uint8_t* row[ROWS];
 #pragma unroll
@@ -183,7 +191,7 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
   // Decode (NT <= 2): the lane's activation blocks are loaded with the weights,
   // not after them, so the two memory round trips overlap.
   constexpr bool kPrefetch = NT <= 2;
-  for (int64_t b_start = int64_t(warp) * kStageBlocks; b_start < nb; b_start += kGemvWarps * kStageBlocks) {
+  for (int64_t b_start = int64_t(warp) * kStageBlocks; b_start < nb; b_start += n_warps * kStageBlocks) {
     const int n_blocks = static_cast<int>(min(int64_t(kStageBlocks), nb - b_start));
     ABlock pre[2][kPrefetch ? NT : 1];
     if constexpr (kPrefetch) {
@@ -209,7 +217,7 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
     for (int i = 0; i < ROWS; ++i)
 #pragma unroll
       for (int k = 0; k < kLoads; ++k)
-        if (lane + 32 * k < words[i]) stage[warp][i][lane + 32 * k] = v[i][k];
+        if (lane + 32 * k < words[i]) stage_mem[(warp * ROWS + i) * kWords + lane + 32 * k] = v[i][k];
     __syncwarp();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // kStageBlocks = 64: two blocks per lane
@@ -218,7 +226,7 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
       WBlock wb[ROWS];
 #pragma unroll
       for (int i = 0; i < ROWS; ++i)
-        wb[i] = load_block<Block>(reinterpret_cast<const uint8_t*>(stage[warp][i]) + head[i], j);
+        wb[i] = load_block<Block>(reinterpret_cast<const uint8_t*>(stage_mem + (warp * ROWS + i) * kWords) + head[i], j);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t < n_tokens) {
@@ -250,7 +258,7 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
     if (t < n_tokens && r0 + i < rows) {
       float s = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kGemvWarps; ++k) s += partial[k][i][t];
+      for (int k = 0; k < n_warps; ++k) s += partial[k][i][t];
       y[t * rows + r0 + i] = s;
     }
   }
@@ -334,6 +342,119 @@ __global__ __launch_bounds__(256) void gemm_quant(const uint8_t* w, size_t row_s
       const int64_t r = r0 + tr + 16 * i, t = t0 + tc + 16 * j;
       if (r < rows && t < n_tokens) y[t * rows + r] = sum[i][j] + corr[i][j];
     }
+}
+
+// Steps of 9 to 32 tokens (decode of many sequences, short prefill chunks) run
+// on the int8 tensor cores: one mma (m16n8k32, s8 x s8 -> s32) multiplies a
+// 32-element block of 16 weight rows by 8 tokens, so the weights are read once,
+// as their quantized bytes, for all the step's tokens, and each block's integer
+// dot is scaled exactly as the GEMV scales it. A block takes 16 rows; its warps
+// split the rows' blocks and add their sums at the end.
+//
+// Fragments (PTX ISA, mma.m16n8k32 with 8-bit operands; g = lane / 4, c = lane % 4):
+// A (16 x 32, rows): a0 = row g, elements 4c..4c+3; a1 = row g+8, the same;
+//   a2, a3 = the same rows, elements 16+4c..16+4c+3.
+// B (32 x 8, columns): b0 = token g, elements 4c..4c+3; b1 = elements 16+4c...
+// D (16 x 8): d0, d1 = row g, tokens 2c and 2c+1; d2, d3 = row g+8.
+// In a 4-bit block, byte j holds element j (low nibble) and j+16 (high), so
+// one 4-byte load gives a lane both a0 and a2 of its row.
+// On an H100 (bench_cuda, q4_0, the 8B model's shapes) this takes 0.4-0.5x the
+// time of the dp4a tile at 9 to 32 tokens; at 64 it lost on two of four shapes.
+// Each warp still waits out a memory round trip per block it takes, so it is far
+// from the bandwidth bound: steps of 16 or more tokens outside a captured graph
+// still go to the tensor-core GEMM (matmul_tc.cu), faster here from 16 tokens up.
+constexpr int kMmqTokens = 32;
+constexpr int kMmqWarps = 4;
+
+__device__ inline void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Lane c's part of block b of one row: elements 4c..4c+3 (lo) and 16+4c.. (hi)
+// as int8, the block's scale d and k, the factor of the activations' c.
+struct MmqRow {
+  uint32_t lo, hi;
+  float d, k;
+};
+
+template <class Block>
+__device__ inline MmqRow load_mmq_row(const uint8_t* row, int64_t b, int c) {
+  const uint8_t* blk = row + b * sizeof(Block);
+  MmqRow r;
+  if constexpr (sizeof(Block) == sizeof(BlockQ4_1)) {  // 4-byte aligned: d, m, qs[16]
+    const uint32_t dm = *reinterpret_cast<const uint32_t*>(blk);
+    const uint32_t u = reinterpret_cast<const uint32_t*>(blk + 4)[c];
+    r.lo = u & 0x0f0f0f0fu, r.hi = (u >> 4) & 0x0f0f0f0fu;
+    r.d = half_bits(dm & 0xffffu), r.k = half_bits(dm >> 16);
+  } else {  // 2-byte aligned: d, qs
+    const auto* h = reinterpret_cast<const uint16_t*>(blk);
+    r.d = half_bits(h[0]);
+    if constexpr (sizeof(Block) == sizeof(BlockQ4_0)) {
+      const uint32_t u = uint32_t(h[1 + 2 * c]) | (uint32_t(h[2 + 2 * c]) << 16);
+      r.lo = u & 0x0f0f0f0fu, r.hi = (u >> 4) & 0x0f0f0f0fu;
+      r.k = r.d;
+    } else {
+      r.lo = uint32_t(h[1 + 2 * c]) | (uint32_t(h[2 + 2 * c]) << 16);
+      r.hi = uint32_t(h[9 + 2 * c]) | (uint32_t(h[10 + 2 * c]) << 16);
+      r.k = 0.0f;
+    }
+  }
+  return r;
+}
+
+template <class Block, int NTILES>
+__global__ __launch_bounds__(32 * kMmqWarps) void mmq_quant(const uint8_t* w, size_t row_stride, int64_t rows,
+                                                            int64_t nb, const int8_t* xq, const float2* xdc,
+                                                            int n_tokens, float* y) {
+  grid_dependency();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  const int64_t r0 = int64_t(blockIdx.x) * 16;
+  const uint8_t* row_lo = w + min(r0 + g, rows - 1) * row_stride;  // a missing row reads the last
+  const uint8_t* row_hi = w + min(r0 + g + 8, rows - 1) * row_stride;
+  float acc[NTILES][4];
+#pragma unroll
+  for (int nt = 0; nt < NTILES; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  for (int64_t b = warp; b < nb; b += kMmqWarps) {
+    const MmqRow lo = load_mmq_row<Block>(row_lo, b, c), hi = load_mmq_row<Block>(row_hi, b, c);
+    const uint32_t a[4] = {lo.lo, hi.lo, lo.hi, hi.hi};
+#pragma unroll
+    for (int nt = 0; nt < NTILES; ++nt) {
+      const int tb = nt * 8 + g, t0 = nt * 8 + 2 * c;  // the token this lane loads; its first result token
+      uint32_t b0 = 0, b1 = 0;
+      if (tb < n_tokens) {
+        const auto* q = reinterpret_cast<const uint32_t*>(xq + (int64_t(tb) * nb + b) * 32);
+        b0 = q[c], b1 = q[4 + c];
+      }
+      int d[4] = {0, 0, 0, 0};
+      mma_s8(d, a, b0, b1);
+      const float2 s0 = t0 < n_tokens ? xdc[int64_t(t0) * nb + b] : make_float2(0.0f, 0.0f);
+      const float2 s1 = t0 + 1 < n_tokens ? xdc[int64_t(t0 + 1) * nb + b] : make_float2(0.0f, 0.0f);
+      acc[nt][0] += static_cast<float>(d[0]) * (lo.d * s0.x) + lo.k * s0.y;
+      acc[nt][1] += static_cast<float>(d[1]) * (lo.d * s1.x) + lo.k * s1.y;
+      acc[nt][2] += static_cast<float>(d[2]) * (hi.d * s0.x) + hi.k * s0.y;
+      acc[nt][3] += static_cast<float>(d[3]) * (hi.d * s1.x) + hi.k * s1.y;
+    }
+  }
+  __shared__ float partial[kMmqWarps][NTILES][4][32];
+#pragma unroll
+  for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[warp][nt][i][lane] = acc[nt][i];
+  __syncthreads();
+  // Thread j of the block adds the warps' values of results j, j + 128, ...
+  for (int e = threadIdx.x; e < NTILES * 4 * 32; e += 32 * kMmqWarps) {
+    const int nt = e / 128, i = (e / 32) % 4, l = e % 32;
+    const int64_t r = r0 + l / 4 + (i >= 2 ? 8 : 0);
+    const int t = nt * 8 + 2 * (l % 4) + (i % 2);
+    if (r >= rows || t >= n_tokens) continue;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMmqWarps; ++k) s += partial[k][nt][i][l];
+    y[int64_t(t) * rows + r] = s;
+  }
 }
 
 // Float weights: element loads by type.
@@ -470,6 +591,28 @@ __global__ __launch_bounds__(256) void gemm_float(const uint8_t* w, size_t row_s
     }
 }
 
+// Warps of a quantized GEMV block: one per stage of a row, up to kGemvWarps. A
+// row of 4096 columns (128 blocks) has two stages, and the two other warps of a
+// block of four would wait idle while taking the block's share of an SM.
+// INFERD_CUDA_GEMV_WARPS=4 always takes four, to compare.
+int gemv_warps(int64_t nb) {
+  static const bool always_all = [] {
+    const char* e = std::getenv("INFERD_CUDA_GEMV_WARPS");
+    return e != nullptr && std::string_view(e) == "4";
+  }();
+  if (always_all) return kGemvWarps;
+  return static_cast<int>(std::clamp<int64_t>((nb + kStageBlocks - 1) / kStageBlocks, 1, kGemvWarps));
+}
+
+// INFERD_CUDA_MMQ=0 sends 9 to 32 tokens to the dp4a tile instead, to compare.
+bool mmq_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("INFERD_CUDA_MMQ");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return on;
+}
+
 unsigned gemv_blocks(int64_t rows) {
   constexpr int64_t rows_per_block = int64_t(kGemvWarps) * kGemvRows;
   return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
@@ -482,6 +625,13 @@ template <class Block>
 void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, cudaStream_t stream) {
   const int64_t nb = outs.front().w.cols / kQuantBlock;
   const int n = static_cast<int>(n_tokens);
+  if (n_tokens > kGemvTokens && n_tokens <= kMmqTokens && mmq_enabled()) {
+    auto* kernel = n <= 16 ? mmq_quant<Block, 2> : mmq_quant<Block, 4>;
+    for (const MatmulOut& o : outs)
+      launch_kernel(kernel, static_cast<unsigned>((o.w.rows + 15) / 16), 32 * kMmqWarps, 0, stream,
+                    static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n, o.y);
+    return;
+  }
   if (n_tokens > kGemvTokens) {
     for (const MatmulOut& o : outs)
       launch_kernel(gemm_quant<Block>, gemm_grid(o.w.rows, n_tokens), 256, 0, stream,
@@ -508,7 +658,9 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
       segs.s[segs.n++] = GemvSeg{static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, outs[i].y, blocks};
       blocks += static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
     }
-    launch_kernel(kernel, blocks, 32 * kGemvWarps, 0, stream, segs, nb, x.q, x.dc, n);
+    const int warps = gemv_warps(nb);
+    const size_t smem = size_t(warps) * rows_per_block * stage_words<Block>() * sizeof(uint4);
+    launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, n);
   }
 }
 

@@ -37,6 +37,13 @@ Backend& gpu() {
   return *b;
 }
 
+// The same kernels with the tensor-core GEMM off: what a captured step runs at
+// any token count (the int8 tensor-core kernel up to 64 tokens, then the tile).
+Backend& gpu_no_tc() {
+  static std::unique_ptr<Backend> b = make_cuda_backend(0, CudaOptions{.tensor_core_min_tokens = INT64_MAX});
+  return *b;
+}
+
 Backend& cpu() {
   static std::unique_ptr<Backend> b = make_cpu_backend(0, CpuIsa::Scalar);
   return *b;
@@ -188,7 +195,7 @@ TEST_CASE("matmul matches the CPU for every weight type, decode and prefill toke
       for (int64_t r = 0; r < s.rows; ++r) all[r] = static_cast<int32_t>(r);
       cpu().get_rows(w.host, all.data(), s.rows, table.data());
       const WeightView exact{DType::F32, table.data(), s.rows, s.cols, size_t(s.cols) * 4};
-      for (int64_t n : {1, 2, 3, 8, 9, 31, 64, 100}) {
+      for (int64_t n : {1, 2, 3, 8, 9, 16, 31, 64, 100}) {
         const auto x = random_floats(n * s.cols, 31 + uint32_t(n));
         const bool tensor_cores = n >= tc_from && t != DType::F32 && s.cols % 32 == 0;
         std::vector<float> want(n * s.rows);
@@ -204,6 +211,20 @@ TEST_CASE("matmul matches the CPU for every weight type, decode and prefill toke
         expect_close(std::string("matmul ") + type_name(t) + (tensor_cores ? " tc " : " ") + std::to_string(s.rows) +
                          "x" + std::to_string(s.cols) + " t=" + std::to_string(n),
                      from_gpu<float>(y, n * s.rows), want, rel * std::max(1.0, max_abs(want)));
+        if (tensor_cores && t != DType::F16 && t != DType::BF16) {
+          std::vector<float> want_int8(n * s.rows);
+          cpu().matmul(w.host, x.data(), n, want_int8.data());
+          // The other backend has a stream of its own: the poison is in place
+          // before its kernel runs, and its own download waits for that kernel.
+          Buffer y2 = poisoned(n * s.rows);
+          (void)from_gpu<float>(y2, 1);
+          gpu_no_tc().matmul(w.device, dx.as<float>(), n, y2.as<float>());
+          std::vector<float> got(n * s.rows);
+          gpu_no_tc().download(got.data(), y2.data(), got.size() * sizeof(float));
+          expect_close(std::string("matmul ") + type_name(t) + " int8 " + std::to_string(s.rows) + "x" +
+                           std::to_string(s.cols) + " t=" + std::to_string(n),
+                       got, want_int8, 2e-5 * std::max(1.0, max_abs(want_int8)));
+        }
       }
     }
   }
@@ -241,7 +262,7 @@ TEST_CASE("matmul_shared: weights reading one input (q, k, v) match the CPU, one
 
 TEST_CASE("rmsnorm, silu_mul and add match the CPU") {
   for (int64_t rows : {1, 7, 64}) {
-    for (int64_t n : {100, 576, 4096}) {
+    for (int64_t n : {100, 576, 4096, 10000}) {  // 10000: more than a block holds in registers
       const auto x = random_floats(rows * n, 41, -3.0f, 3.0f), w = random_floats(n, 42);
       std::vector<float> want(rows * n);
       cpu().rmsnorm(x.data(), w.data(), want.data(), rows, n, 1e-5f);
@@ -268,7 +289,7 @@ TEST_CASE("rmsnorm, silu_mul and add match the CPU") {
 
 TEST_CASE("add_rmsnorm matches the CPU's add then rmsnorm, with the output in place of the residual") {
   for (int64_t rows : {1, 7, 64}) {
-    for (int64_t n : {100, 576, 4096}) {
+    for (int64_t n : {100, 576, 4096, 10000}) {  // 10000: more than a block holds in registers
       auto x = random_floats(rows * n, 43, -3.0f, 3.0f);
       auto r = random_floats(rows * n, 44, -1.0f, 1.0f);
       const auto w = random_floats(n, 45);
