@@ -106,7 +106,10 @@ int cmd_bench_engine(const Args& args) {
   };
 
   // Warm the caches and the thread pool once so the first repetition is not an
-  // outlier; on CUDA this records the decode graphs the timed runs replay.
+  // outlier; on CUDA this records the decode graphs the timed runs replay, and a
+  // prompt-sized step sets up the tensor-core path (cuBLAS, its scratch) that a
+  // first timed prefill would otherwise pay for (llama-bench warms up likewise).
+  run(1, 0, std::min(max_prompt, 512));
   run(1, 0, 8);
   run(1, 8, 1);
   if (batch > 1) run(batch, 8, 1);
