@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the SentencePiece tokenizer fixture: tests/golden/spm-tiny.gguf, a tiny
 Llama model (random weights) whose vocabulary is a SentencePiece BPE model
-trained here on the project's own docs, and tests/golden/tokenize_spm.json, the
+trained here on the project's own docs (as of commit CORPUS_COMMIT, so that the
+fixture does not move when the docs do), and tests/golden/tokenize_spm.json, the
 token ids of tricky texts for it. inferd's tokenizer must reproduce them exactly.
 
   python3 tools/make_spm_fixture.py [--llama-tokenize PATH] [--out-dir tests/golden]
@@ -21,7 +22,6 @@ encoded on its own (what llama.cpp does), and the byte-string cases left out.
 Needs `sentencepiece`, `gguf` and numpy from PyPI.
 """
 import argparse
-import glob
 import os
 import re
 import shutil
@@ -32,6 +32,7 @@ import tempfile
 import numpy as np
 
 import gguf
+from make_random_gguf import add_llama_hparams, layer_shapes
 from make_tokenizer_golden import BYTES, TEXTS, case, inputs, write_golden
 from truncate_gguf import finish
 
@@ -48,16 +49,18 @@ SPM_TEXTS = [
     "tab\tseparated\tvalues\n\ttabbed line\r\nCRLF",
     "\u4f60\u597d\uff0c\u4e16\u754c \U0001f642 \u00e9t\u00e9 \u00fcber \u0100\u0101",
 ]
+CORPUS_COMMIT = "b7dd2e5f92ba28a16979d05841fab0800d149d0f"
 SHAPE = dict(dim=16, layers=2, heads=4, kv_heads=2, ffn=32)
 
 
 def corpus(root: str) -> str:
     """The training text: the README and docs, plus a little of other scripts so
     that some non-ASCII characters have pieces of their own."""
-    parts = []
-    for path in [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
-        with open(path, encoding="utf-8") as f:
-            parts.append(f.read())
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, check=True, text=True).stdout
+
+    docs = [p for p in git("ls-tree", "--name-only", CORPUS_COMMIT, "docs/").split() if p.endswith(".md")]
+    parts = [git("show", f"{CORPUS_COMMIT}:{p}") for p in ["README.md"] + sorted(docs)]
     parts.append("\u4e16\u754c \u4f60\u597d \u65e5\u672c\u8a9e \u00e9t\u00e9 na\u00efve caf\u00e9 "
                  "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440\n" * 3)
     return "\n".join(parts)
@@ -108,31 +111,20 @@ def write_gguf(sp, path: str, seed: int) -> None:
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
     w.add_add_space_prefix(True)
-    s = SHAPE
-    w.add_context_length(256)
-    w.add_embedding_length(s["dim"])
-    w.add_block_count(s["layers"])
-    w.add_feed_forward_length(s["ffn"])
-    w.add_head_count(s["heads"])
-    w.add_head_count_kv(s["kv_heads"])
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
+    add_llama_hparams(w, SHAPE, 256, 10000.0)
 
     rng = np.random.default_rng(seed)
 
     def rand(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
 
-    d, f = s["dim"], s["ffn"]
-    dkv = d // s["heads"] * s["kv_heads"]
+    d = SHAPE["dim"]
     w.add_tensor("token_embd.weight", rand(n, d))  # the output head is tied to it
     w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
-    for i in range(s["layers"]):
+    for i in range(SHAPE["layers"]):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(d, dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(d, dtype=np.float32))
-        for name, (rows, cols) in {"attn_q": (d, d), "attn_k": (dkv, d), "attn_v": (dkv, d),
-                                   "attn_output": (d, d), "ffn_gate": (f, d), "ffn_up": (f, d),
-                                   "ffn_down": (d, f)}.items():
+        for name, (rows, cols) in layer_shapes(SHAPE).items():
             w.add_tensor(f"blk.{i}.{name}.weight", rand(rows, cols))
     finish(w)
 
