@@ -282,8 +282,8 @@ std::string_view Tokenizer::piece(int32_t id, bool skip_special) const {
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string out;
   for (int32_t id : ids) out += piece(id, skip_special);
-  // The space the encoder put before the text is not the text's (llama.cpp
-  // drops it from the first token alone, even when that token prints nothing).
+  // The space the encoder put before the text is not the text's. As llama.cpp
+  // does, it is taken from the first token only: behind a BOS it stays.
   if (add_space_prefix_ && !ids.empty() && piece(ids.front(), skip_special).starts_with(' ')) out.erase(0, 1);
   return out;
 }

@@ -74,7 +74,8 @@ class Tokenizer {
   // otherwise they are encoded as plain text. User-defined tokens always match.
   // Any bytes are accepted. Byte-level BPE reads those that do not begin a
   // well-formed UTF-8 character as U+FFFD; SentencePiece spells them with its
-  // byte tokens. Bytes the vocabulary has no token for become the unknown token
+  // byte tokens (a lead byte takes the next bytes into its character whatever
+  // they are, so a space among malformed bytes may come back as "▁"). Bytes the vocabulary has no token for become the unknown token
   // (SentencePiece, where it has one) or are dropped (both as llama.cpp does),
   // so decode(encode(x)) == x holds for well-formed text the vocabulary can
   // spell and no special token breaks.

@@ -4,9 +4,12 @@
 // tokens parsed. Byte-level BPE: well-formed UTF-8 must decode back to the text,
 // less the bytes the vocabulary has no token for (SmolLM2 lacks a few control
 // characters, e.g. 0x04), which the tokenizer drops as llama.cpp does.
-// SentencePiece with a byte token for every byte: any bytes must decode back to
-// themselves, unless a special token was matched (a space follows it) or the
-// text holds a "▁" of its own (it decodes as a space).
+// SentencePiece with a byte token for every byte: well-formed UTF-8 must decode
+// back to itself, unless a special token was matched (a space follows it) or
+// the text holds a "▁" of its own (it decodes as a space). Malformed bytes are
+// not checked: a lead byte takes the next bytes into its character whatever
+// they are, so a space's "▁" there comes back as those three bytes (as in
+// llama.cpp).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -56,6 +59,7 @@ void round_trip(std::string_view text, bool parse_special) {
   for (int32_t id : ids)
     if (id < 0 || static_cast<size_t>(id) >= tokenizer->vocab_size()) fail("id outside the vocabulary", text);
   const std::string back = tokenizer->decode(ids, /*skip_special=*/false);
+  if (!inferd::engine::utf8::is_valid(text)) return;
   if (sentencepiece) {
     for (int32_t id : ids)
       if (TokenType t = tokenizer->token_type(id); t == TokenType::Control || t == TokenType::UserDefined ||
@@ -65,7 +69,6 @@ void round_trip(std::string_view text, bool parse_special) {
     if (back != text) fail("decode(encode(text)) != text", text);
     return;
   }
-  if (!inferd::engine::utf8::is_valid(text)) return;
   std::string spelled;
   for (char c : text)
     if (spellable[static_cast<unsigned char>(c)]) spelled += c;

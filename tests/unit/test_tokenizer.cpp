@@ -353,6 +353,9 @@ TEST_CASE("SentencePiece metadata, BOS and the space prefix of the fixture") {
   CHECK(tok.encode("a<|im_end|>b", false, true) == want);
   CHECK(tok.decode(want, false) == "a<|im_end|> b");
   CHECK(tok.decode(want, true) == "a b");
+  // A lead byte takes the next three bytes into its character whatever they
+  // are: here the "▁" of the space, which then comes back as bytes (as in llama.cpp).
+  CHECK(tok.decode(tok.encode("\xF0 a", false, false), false) == "\xF0\xE2\x96\x81" "a");
 }
 
 TEST_CASE("SentencePiece merges by score, leftmost first among equals") {
