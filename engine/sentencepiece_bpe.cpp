@@ -16,6 +16,16 @@ size_t char_length(unsigned char lead) {
   return kByHighBits[lead >> 4];
 }
 
+// The characters of a text as encode() reads them: [begin, begin + size).
+template <class Visit>
+void for_each_char(std::string_view text, Visit visit) {
+  for (size_t at = 0; at < text.size();) {
+    const size_t n = std::min(char_length(static_cast<unsigned char>(text[at])), text.size() - at);
+    visit(at, n);
+    at += n;
+  }
+}
+
 }  // namespace
 
 std::string escape_spaces(std::string_view text, bool space_prefix) {
@@ -52,12 +62,10 @@ void encode(std::string_view escaped, const Vocab& vocab, std::vector<int32_t>& 
   };
   std::vector<Symbol> sym;
   sym.reserve(escaped.size());
-  for (size_t at = 0; at < escaped.size();) {
-    const size_t n = std::min(char_length(static_cast<unsigned char>(escaped[at])), escaped.size() - at);
+  for_each_char(escaped, [&](size_t at, size_t n) {
     const auto index = static_cast<int32_t>(sym.size());
     sym.push_back({at, n, index - 1, at + n < escaped.size() ? index + 1 : -1});
-    at += n;
-  }
+  });
 
   // Candidate merges wait in a queue, best score first and leftmost among
   // equals. A candidate whose sides have changed since (one was merged away or
@@ -108,6 +116,32 @@ void encode(std::string_view escaped, const Vocab& vocab, std::vector<int32_t>& 
       if (id >= 0) out.push_back(id);
     }
   }
+}
+
+bool words_are_separate(std::span<const std::string> tokens) {
+  for (std::string_view t : tokens) {
+    while (t.starts_with(kMetaSpace)) t.remove_prefix(kMetaSpace.size());
+    if (t.find(kMetaSpace) != std::string_view::npos) return false;
+  }
+  return true;
+}
+
+std::vector<std::string_view> words(std::string_view escaped) {
+  // Cut at character boundaries as encode() reads them: a malformed lead byte
+  // may take a "▁" into its character, and then that "▁" starts nothing.
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  bool after_space = true;  // the previous character was "▁" (or there was none)
+  for_each_char(escaped, [&](size_t at, size_t n) {
+    const bool space = escaped.substr(at, n) == kMetaSpace;
+    if (space && !after_space && at > start) {
+      out.push_back(escaped.substr(start, at - start));
+      start = at;
+    }
+    after_space = space;
+  });
+  if (start < escaped.size()) out.push_back(escaped.substr(start));
+  return out;
 }
 
 }  // namespace inferd::engine::spm

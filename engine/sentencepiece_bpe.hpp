@@ -32,4 +32,12 @@ std::string unescape_spaces(std::string_view token_text);
 // accepted: malformed UTF-8 only ever reaches the byte-fallback tokens.
 void encode(std::string_view escaped, const Vocab& vocab, std::vector<int32_t>& out);
 
+// Whether no token has a "▁" after anything but "▁"s: then no merge joins a
+// word to the "▁" that starts the next, and words() may cut the text there.
+bool words_are_separate(std::span<const std::string> tokens);
+// `escaped` cut before each "▁" that follows something else: pieces that
+// encode() gives the same ids for, one by one, as for the whole text when the
+// vocabulary's words are separate. Covers the text exactly, in order.
+std::vector<std::string_view> words(std::string_view escaped);
+
 }  // namespace inferd::engine::spm

@@ -148,6 +148,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec)
   std::stable_sort(specials_.begin(), specials_.end(),
                    [this](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
 
+  if (sentencepiece) spm_words_separate_ = spm::words_are_separate(tokens_);
+
   // Byte-level: the byte's GPT-2 character. SentencePiece: its byte-fallback
   // token "<0xAB>", else a token of the byte itself (as llama.cpp looks it up).
   byte_token_.fill(-1);
@@ -359,8 +361,12 @@ void Tokenizer::encode_text(std::string_view text, bool after_special, std::vect
   if (model_ == TokenizerModel::SentencePiece) {
     // The space prefix makes a text's first word (and the first after a special
     // token) look like any other word, which starts after a space.
-    spm::encode(spm::escape_spaces(text, add_space_prefix_ && after_special),
-                {ids_, scores_, byte_token_, unk_}, out);
+    const std::string escaped = spm::escape_spaces(text, add_space_prefix_ && after_special);
+    // Word by word where merges cannot cross words: short queues, and cached.
+    if (spm_words_separate_)
+      for (std::string_view word : spm::words(escaped)) encode_piece(word, out);
+    else
+      encode_piece(escaped, out);
     return;
   }
   // Bytes that do not begin a well-formed character are read as U+FFFD, one
@@ -392,13 +398,19 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
       return;
     }
   }
-  std::vector<int32_t> ids = bpe(piece);
+  std::vector<int32_t> ids = model_ == TokenizerModel::SentencePiece ? spm_merge(piece) : bpe(piece);
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);
     if (cache_.size() >= kCacheLimit) cache_.clear();  // crude, but bounded and rarely hit
     cache_.emplace(piece, std::move(ids));
   }
+}
+
+std::vector<int32_t> Tokenizer::spm_merge(std::string_view escaped) const {
+  std::vector<int32_t> ids;
+  spm::encode(escaped, {ids_, scores_, byte_token_, unk_}, ids);
+  return ids;
 }
 
 std::vector<int32_t> Tokenizer::bpe(std::string_view piece) const {

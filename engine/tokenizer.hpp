@@ -120,11 +120,13 @@ class Tokenizer {
   void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   std::vector<int32_t> bpe(std::string_view piece) const;
+  std::vector<int32_t> spm_merge(std::string_view escaped) const;
 
   TokenizerModel model_;
   std::vector<std::string> tokens_;
   std::vector<TokenType> types_;
-  std::vector<float> scores_;  // SentencePiece
+  std::vector<float> scores_;      // SentencePiece
+  bool spm_words_separate_ = false;  // SentencePiece: text may be encoded word by word
   std::vector<std::string> decoded_;  // the bytes each token stands for
   std::unordered_map<std::string_view, int32_t> ids_;  // views into tokens_
   std::unordered_map<uint64_t, Merge> merges_;         // (left id, right id) -> merge

@@ -375,6 +375,10 @@ TEST_CASE("SentencePiece merges by score, leftmost first among equals") {
         std::vector<std::string>{"\xE2\x96\x81" "a", "\xE2\x96\x81" "a"});
   CHECK(words.decode(words.encode("a a", false, false), false) == "a a");
   CHECK(words.decode(words.encode(" a", false, false), false) == " a");
+  // A piece that joins a word to the next one's "▁": the text is merged whole,
+  // not word by word.
+  Tokenizer across(spm_spec({{"\xE2\x96\x81", -1}, {"a", -1}, {"b", -1}, {"a\xE2\x96\x81", -2}, {"a\xE2\x96\x81" "b", -3}}));
+  CHECK(texts_of(across, across.encode("a b", false, false)) == std::vector<std::string>{"a\xE2\x96\x81" "b"});
 }
 
 TEST_CASE("SentencePiece spells what it has no piece for with byte tokens, else <unk>") {
