@@ -130,8 +130,9 @@ def write_gguf(sp, path: str, seed: int) -> None:
 
 
 def llama_cpp_ids(exe: str, model: str, raw: bytes, parse_special: bool):
-    args = [exe, "-m", model, "--stdin", "--ids", "--no-bos", "--no-escape", "--log-disable",
-            "--parse-special" if parse_special else "--no-parse-special"]
+    args = [exe, "-m", model, "--stdin", "--ids", "--no-bos", "--no-escape", "--log-disable"]
+    if not parse_special:  # llama-tokenize parses them by default
+        args.append("--no-parse-special")
     out = subprocess.run(args, input=raw, capture_output=True, check=True).stdout.decode("utf-8")
     ids = re.findall(r"\[[-0-9, ]*\]", out)
     if not ids:
