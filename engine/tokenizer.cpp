@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/gguf_reader.hpp"
+#include "engine/sentencepiece_bpe.hpp"
 #include "engine/utf8.hpp"
 
 namespace inferd::engine {
@@ -82,12 +83,17 @@ constexpr size_t kCacheMaxPiece = 64;     // bytes
 }  // namespace
 
 Tokenizer::Tokenizer(TokenizerSpec spec)
-    : tokens_(std::move(spec.tokens)),
+    : model_(spec.model),
+      tokens_(std::move(spec.tokens)),
+      scores_(std::move(spec.scores)),
       pre_(spec.pre),
       bos_(spec.bos),
       eos_(spec.eos),
+      unk_(spec.unk),
       add_bos_(spec.add_bos),
-      add_eos_(spec.add_eos) {
+      add_eos_(spec.add_eos),
+      add_space_prefix_(spec.model == TokenizerModel::SentencePiece && spec.add_space_prefix) {
+  const bool sentencepiece = model_ == TokenizerModel::SentencePiece;
   const size_t n = tokens_.size();
   if (n == 0) throw std::invalid_argument("tokenizer: empty vocabulary");
   if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
@@ -95,6 +101,9 @@ Tokenizer::Tokenizer(TokenizerSpec spec)
   if (!spec.token_types.empty() && spec.token_types.size() != n)
     throw std::invalid_argument("tokenizer: " + std::to_string(spec.token_types.size()) +
                                 " token types for " + std::to_string(n) + " tokens");
+  if (!scores_.empty() && scores_.size() != n)
+    throw std::invalid_argument("tokenizer: " + std::to_string(scores_.size()) + " token scores for " +
+                                std::to_string(n) + " tokens");
   auto check_special = [n](int32_t id, const char* what) {
     if (id < -1 || id >= static_cast<int64_t>(n))
       throw std::invalid_argument(std::string("tokenizer: ") + what + " id " + std::to_string(id) +
@@ -122,7 +131,7 @@ Tokenizer::Tokenizer(TokenizerSpec spec)
     switch (types_[i]) {
       case TokenType::Normal:
       case TokenType::Undefined:
-        decoded_[i] = bytes_of(tokens_[i]);
+        decoded_[i] = sentencepiece ? spm::unescape_spaces(tokens_[i]) : bytes_of(tokens_[i]);
         break;
       case TokenType::Byte:
         if (auto b = byte_token_value(tokens_[i])) decoded_[i] = std::string(1, static_cast<char>(*b));
@@ -139,11 +148,25 @@ Tokenizer::Tokenizer(TokenizerSpec spec)
   std::stable_sort(specials_.begin(), specials_.end(),
                    [this](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
 
+  if (sentencepiece) spm_words_separate_ = spm::words_are_separate(tokens_);
+
+  // Byte-level: the byte's GPT-2 character. SentencePiece: its byte-fallback
+  // token "<0xAB>", else a token of the byte itself (as llama.cpp looks it up).
   byte_token_.fill(-1);
   const auto& to_char = byte_mapping().to_char;
   for (int b = 0; b < 256; ++b) {
     std::string ch;
-    utf8::append_codepoint(ch, to_char[b]);
+    if (sentencepiece) {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      const std::string fallback{'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+      if (auto id = find(fallback)) {
+        byte_token_[b] = *id;
+        continue;
+      }
+      ch = std::string(1, static_cast<char>(b));
+    } else {
+      utf8::append_codepoint(ch, to_char[b]);
+    }
     if (auto id = find(ch)) byte_token_[b] = *id;
   }
 
@@ -181,34 +204,47 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   auto fail = [&](const std::string& msg) -> LoadError { return LoadError(file.path(), 0, msg); };
   auto model = file.get_string("tokenizer.ggml.model");
   if (!model) throw fail("no tokenizer: tokenizer.ggml.model is missing");
-  if (*model != "gpt2")
-    throw fail("tokenizer.ggml.model '" + *model + "' is not supported (only 'gpt2', byte-level BPE)");
-
   TokenizerSpec spec;
+  if (*model == "gpt2") spec.model = TokenizerModel::ByteLevelBpe;
+  else if (*model == "llama") spec.model = TokenizerModel::SentencePiece;
+  else
+    throw fail("tokenizer.ggml.model = '" + *model +
+               "' is not supported (supported: 'gpt2', byte-level BPE; 'llama', SentencePiece)");
+  const bool sentencepiece = spec.model == TokenizerModel::SentencePiece;
+
   spec.tokens = file.get_string_array("tokenizer.ggml.tokens");
   if (spec.tokens.empty()) throw fail("tokenizer.ggml.tokens is missing or empty");
   for (int64_t t : file.get_int_array("tokenizer.ggml.token_type"))
     spec.token_types.push_back(static_cast<int32_t>(std::clamp<int64_t>(t, -1, 1 << 20)));
-  spec.merges = file.get_string_array("tokenizer.ggml.merges");
-  if (auto pre = file.get_string("tokenizer.ggml.pre")) {
-    spec.pre = *pre;
+  if (sentencepiece) {
+    spec.scores = file.get_float_array("tokenizer.ggml.scores");
+    if (spec.scores.empty()) spdlog::warn("{}: tokenizer.ggml.scores is missing; merging left to right", file.path());
+    spec.pre = "default";  // not used: SentencePiece does not pre-tokenize
+    spec.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
   } else {
-    spdlog::warn("{}: tokenizer.ggml.pre is missing; using the default GPT-2 pre-tokenizer", file.path());
-    spec.pre = "default";
+    spec.merges = file.get_string_array("tokenizer.ggml.merges");
+    if (auto pre = file.get_string("tokenizer.ggml.pre")) {
+      spec.pre = *pre;
+    } else {
+      spdlog::warn("{}: tokenizer.ggml.pre is missing; using the default GPT-2 pre-tokenizer", file.path());
+      spec.pre = "default";
+    }
   }
-  auto id = [&](const char* key) -> int32_t {
+  // Llama's SentencePiece vocabularies number <unk>, <s>, </s> from 0 when the
+  // file does not say (as llama.cpp assumes).
+  auto id = [&](const char* key, int32_t sentencepiece_default) -> int32_t {
     auto v = file.get_int(key);
-    if (!v) return -1;
+    if (!v) return sentencepiece ? sentencepiece_default : -1;
     if (*v < 0 || *v > std::numeric_limits<int32_t>::max())
       throw fail(std::string(key) + " = " + std::to_string(*v) + " is not a token id");
     return static_cast<int32_t>(*v);
   };
-  spec.bos = id("tokenizer.ggml.bos_token_id");
-  spec.eos = id("tokenizer.ggml.eos_token_id");
-  spec.unk = id("tokenizer.ggml.unknown_token_id");
-  spec.eot = id("tokenizer.ggml.eot_token_id");
-  spec.eom = id("tokenizer.ggml.eom_token_id");
-  spec.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+  spec.bos = id("tokenizer.ggml.bos_token_id", 1);
+  spec.eos = id("tokenizer.ggml.eos_token_id", 2);
+  spec.unk = id("tokenizer.ggml.unknown_token_id", 0);
+  spec.eot = id("tokenizer.ggml.eot_token_id", -1);
+  spec.eom = id("tokenizer.ggml.eom_token_id", -1);
+  spec.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(sentencepiece);
   spec.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   try {
     return std::make_unique<Tokenizer>(std::move(spec));
@@ -248,6 +284,9 @@ std::string_view Tokenizer::piece(int32_t id, bool skip_special) const {
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string out;
   for (int32_t id : ids) out += piece(id, skip_special);
+  // The space the encoder put before the text is not the text's. As llama.cpp
+  // does, it is taken from the first token only: behind a BOS it stays.
+  if (add_space_prefix_ && !ids.empty() && piece(ids.front(), skip_special).starts_with(' ')) out.erase(0, 1);
   return out;
 }
 
@@ -308,15 +347,28 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     fragments.swap(next);
   }
 
+  bool after_special = true;  // the start of the text counts as after one
   for (const Fragment& f : fragments) {
     if (f.id >= 0) out.push_back(f.id);
-    else encode_text(f.text, out);
+    else encode_text(f.text, after_special, out);
+    after_special = f.id >= 0;
   }
   if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
   return out;
 }
 
-void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const {
+  if (model_ == TokenizerModel::SentencePiece) {
+    // The space prefix makes a text's first word (and the first after a special
+    // token) look like any other word, which starts after a space.
+    const std::string escaped = spm::escape_spaces(text, add_space_prefix_ && after_special);
+    // Word by word where merges cannot cross words: short queues, and cached.
+    if (spm_words_separate_)
+      for (std::string_view word : spm::words(escaped)) encode_piece(word, out);
+    else
+      encode_piece(escaped, out);
+    return;
+  }
   // Bytes that do not begin a well-formed character are read as U+FFFD, one
   // each, the way the reference tokenizer (llama.cpp) reads them.
   std::string repaired;
@@ -346,13 +398,19 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
       return;
     }
   }
-  std::vector<int32_t> ids = bpe(piece);
+  std::vector<int32_t> ids = model_ == TokenizerModel::SentencePiece ? spm_merge(piece) : bpe(piece);
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);
     if (cache_.size() >= kCacheLimit) cache_.clear();  // crude, but bounded and rarely hit
     cache_.emplace(piece, std::move(ids));
   }
+}
+
+std::vector<int32_t> Tokenizer::spm_merge(std::string_view escaped) const {
+  std::vector<int32_t> ids;
+  spm::encode(escaped, {ids_, scores_, byte_token_, unk_}, ids);
+  return ids;
 }
 
 std::vector<int32_t> Tokenizer::bpe(std::string_view piece) const {

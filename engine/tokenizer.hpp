@@ -1,6 +1,9 @@
-// Byte-level BPE tokenizer of the GPT-2 family (GGUF `tokenizer.ggml.model` =
-// "gpt2"): text -> pre-tokenizer pieces -> bytes as GPT-2 "printable" characters
-// -> merges by rank. Special tokens written in the text are matched first.
+// The tokenizers of GGUF models, by `tokenizer.ggml.model`:
+// - "gpt2", byte-level BPE: text -> pre-tokenizer pieces -> bytes as GPT-2
+//   "printable" characters -> merges by rank;
+// - "llama", SentencePiece BPE (engine/sentencepiece_bpe.hpp): spaces as "▁",
+//   merges by token score, byte-fallback tokens for what no token covers.
+// Special tokens written in the text are matched first, for both.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -31,6 +34,11 @@ enum class TokenType : int32_t {
   Byte = 6,         // <0xAB>
 };
 
+enum class TokenizerModel {
+  ByteLevelBpe,   // "gpt2"
+  SentencePiece,  // "llama"
+};
+
 // A byte range [begin, end) of a text.
 struct TextRange {
   size_t begin = 0, end = 0;
@@ -38,18 +46,22 @@ struct TextRange {
 
 // Everything a tokenizer is built from; GGUF metadata or hand-made in tests.
 struct TokenizerSpec {
-  std::vector<std::string> tokens;   // byte-level text, e.g. "Ġworld"
+  TokenizerModel model = TokenizerModel::ByteLevelBpe;
+  std::vector<std::string> tokens;   // as stored: "Ġworld" (byte-level), "▁world" (SentencePiece)
   std::vector<int32_t> token_types;  // one TokenType per token; empty: all Normal
-  std::vector<std::string> merges;   // "left right", highest priority first
-  std::string pre = "gpt2";          // pre-tokenizer family, see PreTokenizer
+  std::vector<std::string> merges;   // byte-level: "left right", highest priority first
+  std::string pre = "gpt2";          // byte-level: pre-tokenizer family, see PreTokenizer
+  std::vector<float> scores;         // SentencePiece: one per token, higher merges first; empty: all 0
+  bool add_space_prefix = false;     // SentencePiece: a space before the text and after each special token
   int32_t bos = -1, eos = -1, unk = -1, eot = -1, eom = -1;  // -1: none
   bool add_bos = false, add_eos = false;
 };
 
 class Tokenizer {
  public:
-  // Throws std::invalid_argument when the spec is inconsistent (token types that
-  // do not match the tokens, special ids outside the vocabulary, unknown pre).
+  // Throws std::invalid_argument when the spec is inconsistent (token types or
+  // scores that do not match the tokens, special ids outside the vocabulary,
+  // unknown pre).
   explicit Tokenizer(TokenizerSpec spec);
   // Reads the `tokenizer.ggml.*` metadata; throws LoadError naming the file.
   static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& file);
@@ -60,10 +72,13 @@ class Tokenizer {
   // `add_special`: BOS/EOS around the text where the model asks for them.
   // `parse_special`: control tokens written in the text become their ids;
   // otherwise they are encoded as plain text. User-defined tokens always match.
-  // Any bytes are accepted: those that do not begin a well-formed UTF-8
-  // character are read as U+FFFD, and bytes the vocabulary has no token for
-  // are dropped (both as llama.cpp does), so decode(encode(x)) == x holds for
-  // well-formed text the vocabulary can spell.
+  // Any bytes are accepted. Byte-level BPE reads those that do not begin a
+  // well-formed UTF-8 character as U+FFFD; SentencePiece spells them with its
+  // byte tokens (a lead byte takes the next bytes into its character whatever
+  // they are, so a space among malformed bytes may come back as "▁"). Bytes the vocabulary has no token for become the unknown token
+  // (SentencePiece, where it has one) or are dropped (both as llama.cpp does),
+  // so decode(encode(x)) == x holds for well-formed text the vocabulary can
+  // spell and no special token breaks.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
   // As encode(text, add_special, true), except inside the `plain` byte ranges of
   // the text: there control tokens are ordinary text, as with parse_special =
@@ -72,9 +87,11 @@ class Tokenizer {
 
   // The bytes the ids stand for (possibly cut inside a UTF-8 character when the
   // ids are; IncrementalDetokenizer handles that). `skip_special` drops control
-  // tokens. Throws std::out_of_range for an id outside the vocabulary.
+  // tokens. Where the encoder puts a space before the text (add_space_prefix),
+  // the first token's leading space is dropped. Throws std::out_of_range for an
+  // id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids, bool skip_special) const;
-  // The bytes of one token, as decode() would append them.
+  // The bytes of one token, as decode() would append them after the first.
   std::string_view piece(int32_t id, bool skip_special) const;
 
   // The vocabulary entry as stored ("Ġworld", "<|im_end|>"); throws std::out_of_range.
@@ -82,6 +99,7 @@ class Tokenizer {
   TokenType token_type(int32_t id) const;
   std::optional<int32_t> find(std::string_view token_text) const;
   size_t vocab_size() const { return tokens_.size(); }
+  TokenizerModel model() const { return model_; }
 
   int32_t bos() const { return bos_; }  // -1: none
   int32_t eos() const { return eos_; }
@@ -99,21 +117,25 @@ class Tokenizer {
   void check_id(int32_t id) const;
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
                               std::span<const TextRange> plain) const;
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   std::vector<int32_t> bpe(std::string_view piece) const;
+  std::vector<int32_t> spm_merge(std::string_view escaped) const;
 
+  TokenizerModel model_;
   std::vector<std::string> tokens_;
   std::vector<TokenType> types_;
+  std::vector<float> scores_;      // SentencePiece
+  bool spm_words_separate_ = false;  // SentencePiece: text may be encoded word by word
   std::vector<std::string> decoded_;  // the bytes each token stands for
   std::unordered_map<std::string_view, int32_t> ids_;  // views into tokens_
   std::unordered_map<uint64_t, Merge> merges_;         // (left id, right id) -> merge
-  std::array<int32_t, 256> byte_token_{};              // single-byte tokens; -1 if absent
+  std::array<int32_t, 256> byte_token_{};              // the token of each byte alone; -1 if absent
   std::vector<int32_t> specials_;  // matched in text before BPE, longest first
   std::vector<int32_t> stop_ids_;
   PreTokenizer pre_;
-  int32_t bos_, eos_;
-  bool add_bos_, add_eos_;
+  int32_t bos_, eos_, unk_;
+  bool add_bos_, add_eos_, add_space_prefix_;
 
   // Pieces repeat a lot in real text; remember their ids.
   mutable std::mutex cache_mutex_;

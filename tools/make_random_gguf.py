@@ -51,6 +51,26 @@ def random_k_blocks(rng, rows: int, cols: int, qtype) -> np.ndarray:
     return blocks.reshape(rows, -1)
 
 
+def add_llama_hparams(w: "gguf.GGUFWriter", s: dict, context_length: int, rope_freq_base: float) -> None:
+    """The Llama architecture's keys for a shape of SHAPES' kind."""
+    w.add_context_length(context_length)
+    w.add_embedding_length(s["dim"])
+    w.add_block_count(s["layers"])
+    w.add_feed_forward_length(s["ffn"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv_heads"])
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(rope_freq_base)
+
+
+def layer_shapes(s: dict) -> dict:
+    """Each block's weight matrices: name -> (rows, cols)."""
+    d, f = s["dim"], s["ffn"]
+    dkv = d // s["heads"] * s["kv_heads"]
+    return {"attn_q": (d, d), "attn_k": (dkv, d), "attn_v": (dkv, d), "attn_output": (d, d),
+            "ffn_gate": (f, d), "ffn_up": (f, d), "ffn_down": (d, f)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -69,14 +89,7 @@ def main() -> int:
         if name.startswith("tokenizer."):
             copy_field(w, name, field)
     w.add_name(f"random-{a.shape}-{a.type}")
-    w.add_context_length(8192)
-    w.add_embedding_length(s["dim"])
-    w.add_block_count(s["layers"])
-    w.add_feed_forward_length(s["ffn"])
-    w.add_head_count(s["heads"])
-    w.add_head_count_kv(s["kv_heads"])
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(500000.0)
+    add_llama_hparams(w, s, 8192, 500000.0)
 
     def qtype_of(name: str, cols: int):
         t = TYPES[a.type] if a.type != "q4_k_m" else (Q.Q6_K if name.startswith(MIX_Q6) else Q.Q4_K)
@@ -95,13 +108,11 @@ def main() -> int:
         else:
             w.add_tensor(name, data)
 
-    d, dkv, f = s["dim"], s["dim"] // s["heads"] * s["kv_heads"], s["ffn"]
+    d = s["dim"]
     put("token_embd.weight", weight("token_embd", vocab, d))
     put("output_norm.weight", np.ones(d, dtype=np.float32))
     put("output.weight", weight("output", vocab, d))
-    shapes = {"attn_q": (d, d), "attn_k": (dkv, d), "attn_v": (dkv, d), "attn_output": (d, d),
-              "ffn_gate": (f, d), "ffn_up": (f, d), "ffn_down": (d, f)}
-    layer = {k: weight(k, *v) for k, v in shapes.items()}
+    layer = {k: weight(k, *v) for k, v in layer_shapes(s).items()}
     for i in range(s["layers"]):
         put(f"blk.{i}.attn_norm.weight", np.ones(d, dtype=np.float32))
         put(f"blk.{i}.ffn_norm.weight", np.ones(d, dtype=np.float32))

@@ -53,6 +53,28 @@ BYTES = [
 ]
 
 
+def write_golden(path, model, reference, cases):
+    """Writes a golden file: one line per case keeps it readable and its diffs small."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("{\n")
+        f.write(f' "model": {json.dumps(model)},\n')
+        f.write(f' "reference": {json.dumps(reference)},\n')
+        f.write(' "cases": [\n')
+        rows = [" " + json.dumps(c, ensure_ascii=False) for c in cases]
+        f.write(",\n".join(rows))
+        f.write("\n ]\n}\n")
+    print(f"wrote {len(cases)} cases to {path}")
+
+
+def inputs(texts=TEXTS, byte_strings=BYTES):
+    """(key, raw bytes) of each case: "text" for UTF-8 text, "hex" for byte strings."""
+    return [("text", t.encode("utf-8")) for t in texts] + [("hex", b) for b in byte_strings]
+
+
+def case(key, raw, ids, ids_special):
+    return {key: raw.decode("utf-8") if key == "text" else raw.hex(), "ids": ids, "ids_special": ids_special}
+
+
 def main():
     import llama_cpp
 
@@ -64,28 +86,9 @@ def main():
     args = ap.parse_args()
 
     llm = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
-    cases = []
-    for key, raw in [("text", t.encode("utf-8")) for t in TEXTS] + [("hex", b) for b in BYTES]:
-        cases.append({
-            key: raw.decode("utf-8") if key == "text" else raw.hex(),
-            "ids": llm.tokenize(raw, add_bos=False, special=False),
-            "ids_special": llm.tokenize(raw, add_bos=False, special=True),
-        })
-    out = {
-        "model": os.path.basename(args.model),
-        "reference": f"llama-cpp-python {llama_cpp.__version__}",
-        "cases": cases,
-    }
-    # One line per case keeps the fixture readable and its diffs small.
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write("{\n")
-        f.write(f' "model": {json.dumps(out["model"])},\n')
-        f.write(f' "reference": {json.dumps(out["reference"])},\n')
-        f.write(' "cases": [\n')
-        rows = [" " + json.dumps(c, ensure_ascii=False) for c in cases]
-        f.write(",\n".join(rows))
-        f.write("\n ]\n}\n")
-    print(f"wrote {len(cases)} cases to {args.out}")
+    cases = [case(key, raw, llm.tokenize(raw, add_bos=False, special=False),
+                  llm.tokenize(raw, add_bos=False, special=True)) for key, raw in inputs()]
+    write_golden(args.out, os.path.basename(args.model), f"llama-cpp-python {llama_cpp.__version__}", cases)
 
 
 if __name__ == "__main__":

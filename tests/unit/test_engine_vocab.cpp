@@ -1,7 +1,8 @@
 // The model's vocabulary (rows of its embedding and output) against the
 // tokenizer's: copies of the default model whose tokenizer lists fewer tokens
 // than the model outputs (padding, as many published models carry) must never
-// sample a padding id; one whose tokenizer lists more is refused at load.
+// sample a padding id; one whose tokenizer lists more is refused at load. And a
+// model with a SentencePiece vocabulary loads and generates.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -176,4 +177,18 @@ TEST_CASE("engine: a tokenizer with more tokens than the model outputs is refuse
     CHECK_MESSAGE(what.find(std::to_string(model_vocab + 8) + " tokens") != std::string::npos, what);
     CHECK_MESSAGE(what.find(std::to_string(model_vocab)) != std::string::npos, what);
   }
+}
+
+TEST_CASE("engine: a model with a SentencePiece vocabulary loads and generates") {
+  // tests/golden/spm-tiny.gguf: random weights, a 2000-piece vocabulary (tools/make_spm_fixture.py).
+  engine::Engine eng(small_options(test_paths::source_dir() + "/tests/golden/spm-tiny.gguf"));
+  const auto& tok = eng.tokenizer();
+  CHECK(tok.model() == engine::TokenizerModel::SentencePiece);
+  CHECK(eng.model_config().vocab == static_cast<int>(tok.vocab_size()));
+  const auto prompt = tok.encode("Hello world", /*add_special=*/true, /*parse_special=*/true);
+  REQUIRE(prompt.size() > 1);
+  CHECK(prompt.front() == tok.bos());
+  const auto got = test_engine::generate_greedy(eng, {prompt}, 8)[0];
+  REQUIRE(got.ids.size() == 8);
+  for (int32_t id : got.ids) CHECK(static_cast<size_t>(id) < tok.vocab_size());
 }

@@ -1,6 +1,8 @@
 // Tokenizer, pre-tokenizer and incremental detokenizer. The default model's
-// tokenizer is compared with llama.cpp's ids for tricky texts
-// (tests/golden/tokenize.json, made by tools/make_tokenizer_golden.py).
+// tokenizer (byte-level BPE) is compared with llama.cpp's ids for tricky texts
+// (tests/golden/tokenize.json, made by tools/make_tokenizer_golden.py), and so
+// is a small SentencePiece vocabulary's (tests/golden/spm-tiny.gguf and
+// tokenize_spm.json, made by tools/make_spm_fixture.py).
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
@@ -14,6 +16,7 @@
 #include "engine/output/incremental_detokenizer.hpp"
 #include "engine/tokenizer.hpp"
 #include "engine/utf8.hpp"
+#include "tests/unit/gguf_writer.hpp"
 #include "tests/unit/test_paths.hpp"
 
 using namespace inferd::engine;
@@ -30,6 +33,13 @@ const Tokenizer& smollm() {
   return *tok;
 }
 
+// The SentencePiece fixture: a tiny Llama model with a vocabulary of 2000 pieces.
+const Tokenizer& spm_tiny() {
+  static const std::unique_ptr<Tokenizer> tok =
+      Tokenizer::from_gguf(*GgufFile::open(test_paths::source_dir() + "/tests/golden/spm-tiny.gguf"));
+  return *tok;
+}
+
 struct GoldenCase {
   std::string input;
   std::vector<int32_t> ids, ids_special;
@@ -42,8 +52,8 @@ std::vector<int32_t> to_ids(const boost::json::value& v) {
   return ids;
 }
 
-std::vector<GoldenCase> golden_cases() {
-  std::ifstream in(test_paths::source_dir() + "/tests/golden/tokenize.json");
+std::vector<GoldenCase> golden_cases(const std::string& file) {
+  std::ifstream in(test_paths::source_dir() + "/tests/golden/" + file);
   REQUIRE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();
@@ -97,20 +107,29 @@ TokenizerSpec byte_spec(std::vector<std::string> extra, std::vector<std::string>
   return spec;
 }
 
+struct Encoded {
+  std::vector<int32_t> plain, special;  // special tokens in the text taken literally / parsed
+};
+
+// Both encodings of one golden case, checked against the reference's ids.
+Encoded check_case(const Tokenizer& tok, const GoldenCase& c) {
+  Encoded e{tok.encode(c.input, false, false), tok.encode(c.input, false, true)};
+  CHECK_MESSAGE(e.plain == c.ids, "got " << ids_str(e.plain) << "\nwant " << ids_str(c.ids));
+  CHECK_MESSAGE(e.special == c.ids_special, "got " << ids_str(e.special) << "\nwant " << ids_str(c.ids_special));
+  return e;
+}
+
 }  // namespace
 
 TEST_CASE("tokenizer matches llama.cpp on the golden texts") {
   const Tokenizer& tok = smollm();
-  const auto cases = golden_cases();
+  const auto cases = golden_cases("tokenize.json");
   REQUIRE(cases.size() >= 25);
   size_t nonempty = 0;
   for (const GoldenCase& c : cases) {
     CAPTURE(c.input);
     nonempty += !c.ids.empty();
-    const auto plain = tok.encode(c.input, false, false);
-    CHECK_MESSAGE(plain == c.ids, "got " << ids_str(plain) << "\nwant " << ids_str(c.ids));
-    const auto special = tok.encode(c.input, false, true);
-    CHECK_MESSAGE(special == c.ids_special, "got " << ids_str(special) << "\nwant " << ids_str(c.ids_special));
+    const auto [plain, special] = check_case(tok, c);
     if (c.is_text) {  // well-formed text the vocabulary can spell comes back unchanged
       CHECK(tok.decode(plain, false) == c.input);
       CHECK(tok.decode(special, false) == c.input);
@@ -251,6 +270,141 @@ TEST_CASE("inconsistent tokenizer specs are rejected with a clear error") {
   eos.eos = 300;
   CHECK_THROWS_WITH_AS(Tokenizer(std::move(eos)), doctest::Contains("eos id 300"), std::invalid_argument);
   CHECK_THROWS_AS(Tokenizer(TokenizerSpec{}), std::invalid_argument);
+}
+
+namespace {
+
+// A hand-made SentencePiece vocabulary: <unk>, then the pieces with their scores.
+TokenizerSpec spm_spec(std::vector<std::pair<std::string, float>> pieces, bool space_prefix = false) {
+  TokenizerSpec spec;
+  spec.model = TokenizerModel::SentencePiece;
+  spec.add_space_prefix = space_prefix;
+  spec.tokens = {"<unk>"};
+  spec.token_types = {static_cast<int32_t>(TokenType::Unknown)};
+  spec.scores = {0};
+  spec.unk = 0;
+  for (auto& [text, score] : pieces) {
+    const bool byte = text.starts_with("<0x");
+    spec.tokens.push_back(std::move(text));
+    spec.token_types.push_back(static_cast<int32_t>(byte ? TokenType::Byte : TokenType::Normal));
+    spec.scores.push_back(score);
+  }
+  return spec;
+}
+
+std::vector<std::string> texts_of(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::vector<std::string> out;
+  for (int32_t id : ids) out.push_back(tok.token_text(id));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("SentencePiece tokenizer matches llama.cpp on the golden texts") {
+  const Tokenizer& tok = spm_tiny();
+  const auto cases = golden_cases("tokenize_spm.json");
+  REQUIRE(cases.size() >= 30);
+  size_t round_trips = 0;
+  for (const GoldenCase& c : cases) {
+    CAPTURE(c.input);
+    const auto plain = check_case(tok, c).plain;
+    // Byte fallback spells any character, so well-formed text comes back
+    // whole, unless it holds a "▁" of its own (which decodes as a space).
+    if (c.is_text && c.input.find("\xE2\x96\x81") == std::string::npos) {
+      CHECK(tok.decode(plain, false) == c.input);
+      ++round_trips;
+    }
+  }
+  CHECK(round_trips >= 30);
+}
+
+TEST_CASE("SentencePiece metadata, BOS and the space prefix of the fixture") {
+  const Tokenizer& tok = spm_tiny();
+  CHECK(tok.model() == TokenizerModel::SentencePiece);
+  CHECK(tok.vocab_size() == 2000);
+  CHECK(tok.bos() == 1);
+  CHECK(tok.eos() == 2);
+  CHECK(tok.add_bos());
+  CHECK(tok.token_type(0) == TokenType::Unknown);
+  CHECK(tok.token_type(1) == TokenType::Control);
+  CHECK(tok.find("<|im_end|>") == 4);
+  CHECK(tok.stop_ids() == std::vector<int32_t>{2, 4});  // </s>, <|im_end|>
+  const auto newline = tok.find("<0x0A>");
+  REQUIRE(newline.has_value());
+  CHECK(tok.token_type(*newline) == TokenType::Byte);
+  CHECK(tok.piece(*newline, false) == "\n");
+  const auto the = tok.find("\xE2\x96\x81the");  // "▁the"
+  REQUIRE(the.has_value());
+  CHECK(tok.piece(*the, false) == " the");
+
+  // BOS where the model asks for it; a space before the text and after each special token.
+  const auto hi = tok.encode("Hi", false, true);
+  const auto with_bos = tok.encode("Hi", true, true);
+  REQUIRE(with_bos.size() == hi.size() + 1);
+  CHECK(with_bos.front() == 1);
+  CHECK(std::equal(hi.begin(), hi.end(), with_bos.begin() + 1));
+  CHECK(tok.decode(hi, false) == "Hi");
+  // As llama.cpp detokenizes: the first token keeps its space behind a BOS.
+  CHECK(tok.decode(with_bos, true) == " Hi");
+  std::vector<int32_t> want = tok.encode("a", false, false);
+  want.push_back(4);
+  const auto b = tok.encode("b", false, false);
+  want.insert(want.end(), b.begin(), b.end());
+  CHECK(tok.encode("a<|im_end|>b", false, true) == want);
+  CHECK(tok.decode(want, false) == "a<|im_end|> b");
+  CHECK(tok.decode(want, true) == "a b");
+  // A lead byte takes the next three bytes into its character whatever they
+  // are: here the "▁" of the space, which then comes back as bytes (as in llama.cpp).
+  CHECK(tok.decode(tok.encode("\xF0 a", false, false), false) == "\xF0\xE2\x96\x81" "a");
+}
+
+TEST_CASE("SentencePiece merges by score, leftmost first among equals") {
+  // "bc" outscores "ab": "abc" -> a + bc; the other way round: ab + c.
+  Tokenizer bc(spm_spec({{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -3}, {"bc", -2}}));
+  CHECK(texts_of(bc, bc.encode("abc", false, false)) == std::vector<std::string>{"a", "bc"});
+  Tokenizer ab(spm_spec({{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -2}, {"bc", -3}}));
+  CHECK(texts_of(ab, ab.encode("abc", false, false)) == std::vector<std::string>{"ab", "c"});
+  // Merged pieces merge again: a + bc -> abc.
+  Tokenizer abc(spm_spec({{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -3}, {"bc", -2}, {"abc", -4}}));
+  CHECK(texts_of(abc, abc.encode("abc", false, false)) == std::vector<std::string>{"abc"});
+  Tokenizer aa(spm_spec({{"a", -1}, {"aa", -2}}));
+  CHECK(texts_of(aa, aa.encode("aaa", false, false)) == std::vector<std::string>{"aa", "a"});
+  // Spaces are "▁"; the space prefix starts the text with one.
+  Tokenizer words(spm_spec({{"\xE2\x96\x81", -1}, {"a", -1}, {"\xE2\x96\x81" "a", -2}}, true));
+  CHECK(texts_of(words, words.encode("a a", false, false)) ==
+        std::vector<std::string>{"\xE2\x96\x81" "a", "\xE2\x96\x81" "a"});
+  CHECK(words.decode(words.encode("a a", false, false), false) == "a a");
+  CHECK(words.decode(words.encode(" a", false, false), false) == " a");
+  // A piece that joins a word to the next one's "▁": the text is merged whole,
+  // not word by word.
+  Tokenizer across(spm_spec({{"\xE2\x96\x81", -1}, {"a", -1}, {"b", -1}, {"a\xE2\x96\x81", -2}, {"a\xE2\x96\x81" "b", -3}}));
+  CHECK(texts_of(across, across.encode("a b", false, false)) == std::vector<std::string>{"a\xE2\x96\x81" "b"});
+}
+
+TEST_CASE("SentencePiece spells what it has no piece for with byte tokens, else <unk>") {
+  Tokenizer tok(spm_spec({{"a", -1}, {"<0xC3>", 0}, {"<0xA9>", 0}, {"<0xFF>", 0}}));
+  // "é" is C3 A9: no piece, so its bytes; "b" has no byte token either: <unk>.
+  CHECK(texts_of(tok, tok.encode("a\xC3\xA9" "b", false, false)) ==
+        std::vector<std::string>{"a", "<0xC3>", "<0xA9>", "<unk>"});
+  CHECK(tok.decode(tok.encode("a\xC3\xA9", false, false), false) == "a\xC3\xA9");
+  // Malformed UTF-8 passes through the byte tokens unchanged.
+  CHECK(tok.decode(tok.encode("\xFF\xC3", false, false), false) == "\xFF\xC3");
+  TokenizerSpec no_unk = spm_spec({{"a", -1}});
+  no_unk.unk = -1;
+  Tokenizer dropped(std::move(no_unk));
+  CHECK(texts_of(dropped, dropped.encode("bab", false, false)) == std::vector<std::string>{"a"});
+}
+
+TEST_CASE("tokenizer models other than gpt2 and llama are refused naming the key") {
+  GgufWriter w;
+  w.header(0, 1).kv_str("tokenizer.ggml.model", "bert");
+  const auto file = GgufFile::open_memory(w.b, "bert.gguf");
+  CHECK_THROWS_WITH_AS(Tokenizer::from_gguf(*file), doctest::Contains("tokenizer.ggml.model = 'bert' is not supported"),
+                       LoadError);
+  TokenizerSpec scores = spm_spec({{"a", -1}});
+  scores.scores.pop_back();
+  CHECK_THROWS_WITH_AS(Tokenizer(std::move(scores)), doctest::Contains("1 token scores for 2 tokens"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("pre-tokenizer families split as their models expect") {
