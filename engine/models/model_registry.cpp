@@ -8,9 +8,11 @@ namespace inferd::engine {
 namespace {
 
 const std::map<std::string, ModelFactory>& registry() {
-  // Llama-family files (SmolLM2, Llama 2/3, Mistral) share one implementation.
+  // Each is the shared decoder (engine/models/decoder.hpp) with its own options.
   static const std::map<std::string, ModelFactory> r = {
-      {"llama", make_llama},
+      {"llama", make_llama},  // SmolLM2, Llama 2/3, Mistral
+      {"qwen2", make_qwen2},  // Qwen2, Qwen2.5
+      {"qwen3", make_qwen3},
   };
   return r;
 }
