@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,14 @@
 namespace test_golden {
 
 using namespace inferd;
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 inline std::vector<int32_t> ints(const boost::json::value& v) {
   std::vector<int32_t> out;

@@ -38,14 +38,6 @@ namespace {
 
 std::string fixture() { return test_paths::source_dir() + "/tests/golden/hf-tiny"; }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <unistd.h>
 
 #include "engine/gguf_reader.hpp"
@@ -30,16 +29,8 @@ namespace {
 
 std::string fixture(const std::string& arch) { return test_paths::source_dir() + "/tests/golden/" + arch + "-tiny.gguf"; }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 json::object golden(const std::string& arch) {
-  return json::parse(read_bytes(test_paths::source_dir() + "/tests/golden/" + arch + "_tiny.json")).as_object();
+  return json::parse(read_text(test_paths::source_dir() + "/tests/golden/" + arch + "_tiny.json")).as_object();
 }
 
 void check_golden(const std::string& arch, engine::Precision p, double tol) {
@@ -62,7 +53,7 @@ struct Patched {
   fs::path path;
   Patched(const std::string& arch, const std::string& from, const std::string& to) {
     REQUIRE(from.size() == to.size());
-    std::string bytes = read_bytes(fixture(arch));
+    std::string bytes = read_text(fixture(arch));
     const auto at = bytes.find(from);
     REQUIRE(at != std::string::npos);
     bytes.replace(at, from.size(), to);
