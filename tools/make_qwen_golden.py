@@ -16,7 +16,8 @@ tokens decoded (greedy_text).
   qwen2: 16 wide, 2 layers, 2 heads of 8 (each its own kv head), q/k/v biases;
          with the donor's tokenizer and chat template, so it can be served
   qwen3: 16 wide, 2 layers, 4 heads of 8 (head_dim 8, not 16 / 4) over 2 kv heads,
-         per-head q/k RMSNorm; no tokenizer (1.8 MB less), for the model alone
+         per-head q/k RMSNorm, attention.sliding_window 256 (the whole context);
+         no tokenizer (1.8 MB less), for the model alone
 
 tests/unit/test_qwen.cpp compares inferd's CPU backend against these.
 Needs torch, transformers, numpy and gguf (pip); the tests do not.
@@ -100,6 +101,8 @@ def make(arch: str, donor: pathlib.Path, out_dir: pathlib.Path, seed: int) -> No
     if "head_dim" in ARCHS[arch]:
         w.add_key_length(cfg.head_dim)
         w.add_value_length(cfg.head_dim)
+        # As long as the context: no effect, but a key the tests can shorten.
+        w.add_sliding_window(cfg.max_position_embeddings)
     for name, p in model.named_parameters():  # the tied output weight is the embedding's: listed once
         x = p.detach().numpy()
         w.add_tensor(gguf_name(name), x.astype(np.float16) if x.ndim == 2 else x.astype(np.float32))

@@ -50,7 +50,11 @@ std::unique_ptr<Model> load_model(const GgufFile& file, kernels::Backend& backen
   auto arch = file.get_string("general.architecture");
   if (!arch) throw LoadError(file.path(), 0, "missing general.architecture");
   auto it = registry().find(*arch);
-  if (it == registry().end()) throw LoadError(file.path(), 0, "unsupported architecture '" + *arch + "'");
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& name : known_architectures()) known += (known.empty() ? "" : ", ") + name;
+    throw LoadError(file.path(), 0, "unsupported architecture '" + *arch + "' (known: " + known + ")");
+  }
   WeightLoader weights(file, progress);
   auto model = it->second(file, backend, precision, weights, tp);
   weights.finish();

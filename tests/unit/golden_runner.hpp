@@ -82,7 +82,7 @@ struct Runner {
   }
 };
 
-inline XX - transformers| over the probe logits and log-sum-exps of every position.
+// Max |ours - transformers| over the probe logits and log-sum-exps of every position.
 inline double compare(Runner& r, const boost::json::object& c, const boost::json::array& probes, bool check_argmax) {
   const auto ids = ints(c.at("ids"));
   const float* l = r.run(ids);

@@ -7,7 +7,8 @@
 // give logits within 1e-3 of transformers' and the same argmax at every prompt
 // position and the same 16 greedy tokens; as stored (fast precision) within
 // 5e-2 and the same greedy tokens. Files missing what the architecture needs
-// are refused naming the tensor or key.
+// are refused naming the tensor or key; a sliding window shorter than the
+// context caps the context.
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
@@ -47,6 +48,9 @@ void check_golden(const std::string& arch, engine::Precision p, double tol) {
     CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
   }
 }
+
+// A little-endian u32 as the file holds it: a value, a type code or a length's low half.
+std::string u32(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
 
 // A copy of a fixture with the bytes of `from` (once) replaced by `to`, the same length.
 struct Patched {
@@ -142,10 +146,24 @@ TEST_CASE("Qwen2 and Qwen3: a file without the architecture's tensors or with un
   refused(Patched("qwen2", "blk.1.attn_v.bias", "blk.1.attn_v.bia_"), "'blk.1.attn_v.bias' not found");
   refused(Patched("qwen3", "blk.0.attn_q_norm.weight", "blk.0.attn_q_norX.weight"), "'blk.0.attn_q_norm.weight' not found");
   const std::string key = "qwen3.attention.value_length";
-  auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
   refused(Patched("qwen3", key + u32(4) + u32(8), key + u32(4) + u32(16)),
           "qwen3.attention.value_length 16 differs from the key width");
+  // general.architecture: a string (type 8) of 5 bytes.
+  const std::string arch_key = "general.architecture" + u32(8) + u32(5) + u32(0);
+  refused(Patched("qwen3", arch_key + "qwen3", arch_key + "qwen9"),
+          "unsupported architecture 'qwen9' (known: llama, qwen2, qwen3)");
   // Without value_length the values are as wide as the keys.
   const Patched absent("qwen3", key, "qwen3.attention.value_lengtX");
   CHECK(load_error(absent.path.string()) == "(loaded)");
+}
+
+TEST_CASE("A sliding window shorter than the context caps the context at the window") {
+  const std::string key = "qwen3.attention.sliding_window" + u32(4);  // a u32
+  CHECK(Runner(fixture("qwen3")).model->config().max_context == 256);  // the window is the whole context
+  {
+    const Patched f("qwen3", key + u32(256), key + u32(64));
+    CHECK(Runner(f.path.string()).model->config().max_context == 64);
+  }
+  const Patched zero("qwen3", key + u32(256), key + u32(0));
+  CHECK(load_error(zero.path.string()).find("invalid qwen3.attention.sliding_window") != std::string::npos);
 }
