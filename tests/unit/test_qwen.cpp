@@ -43,7 +43,7 @@ void check_golden(const std::string& arch, engine::Precision p, double tol) {
     CAPTURE(arch);
     CAPTURE(c.at("prompt").as_string());
     const double worst = compare(r, c, g.at("probes").as_array(), p == engine::Precision::Exact);
-    MESSAGE(arch << (p == engine::Precision::Exact ? " exact" : " fast") << ": max |logit diff| " << worst);
+    MESSAGE(arch << " " << std::string(p == engine::Precision::Exact ? "exact" : "fast") << ": max |logit diff| " << worst);
     CHECK(worst < tol);
     CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
   }
@@ -119,7 +119,8 @@ TEST_CASE("Qwen3: the head width comes from attention.key_length, not embedding_
 TEST_CASE("Qwen2: the donor tokenizer in the GGUF gives transformers' ids") {
   const auto file = engine::GgufFile::open(fixture("qwen2"));
   const auto tok = engine::Tokenizer::from_gguf(*file);
-  for (const auto& cv : golden("qwen2").at("cases").as_array()) {
+  const auto g = golden("qwen2");
+  for (const auto& cv : g.at("cases").as_array()) {
     const auto& c = cv.as_object();
     const std::string prompt(c.at("prompt").as_string());
     CAPTURE(prompt);
