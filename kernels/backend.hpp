@@ -159,6 +159,11 @@ class Backend {
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   // y += x, elementwise over n.
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // Each of n_rows rows of y (n wide) += x: a bias. Runs as one add per row,
+  // so it registers the launch key of add(n).
+  virtual void add_rows(float* y, const float* x, int64_t n_rows, int64_t n) {
+    for (int64_t r = 0; r < n_rows; ++r) add(y + r * n, x, n);
+  }
   // Writes k, v ([n_tokens][n_kv_heads][head_dim]) into the slots of the tokens' positions.
   virtual void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
                         const float* v) = 0;

@@ -52,6 +52,29 @@ def default_gguf():
     return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def randomize(model, seed):
+    """Fills a transformers model's weights in place, drawn as the docstring says
+    (projection biases with std 0.5), parameter by parameter from one seeded generator."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if name.endswith(".bias"):
+                p.copy_(0.5 * r)
+            elif p.dim() == 1:  # norm weights
+                p.copy_(1.0 + 0.1 * r)
+            elif "embed_tokens" in name:
+                p.copy_(r)
+            else:
+                # The blocks' outputs weigh 4x so they, not the embedding's own
+                # row, decide the next token (a tied model otherwise repeats its input).
+                gain = 4.0 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
+                p.copy_(r.mul_(gain / p.shape[1] ** 0.5))
+            del r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -81,20 +104,7 @@ def main():
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
     model = model.to_empty(device="cpu")
-    gen = torch.Generator().manual_seed(args.seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            r = torch.randn(p.shape, generator=gen, dtype=torch.float32)
-            if p.dim() == 1:  # norm weights
-                p.copy_(1.0 + 0.1 * r)
-            elif "embed_tokens" in name:
-                p.copy_(r)
-            else:
-                # The blocks' outputs weigh 4x so they, not the embedding's own
-                # row, decide the next token (a tied model otherwise repeats its input).
-                gain = 4.0 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
-                p.copy_(r.mul_(gain / p.shape[1] ** 0.5))
-            del r
+    randomize(model, args.seed)
     if cfg.tie_word_embeddings:
         model.tie_weights()
 

@@ -27,6 +27,33 @@ PROMPTS = [
 N_GREEDY = 16
 
 
+def golden_cases(model, tok, prompts):
+    """transformers' answers for each prompt: its ids, the logits at every
+    position for a fixed set of probe ids (plus each position's argmax and
+    logsumexp), and N_GREEDY greedy tokens. Returns (probes, cases)."""
+    import torch
+
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(1)
+    probes = sorted(set(range(8)) | set(torch.randint(0, vocab, (56,), generator=gen).tolist()))
+    cases = []
+    with torch.no_grad():
+        for text in prompts:
+            ids = tok(text, add_special_tokens=True)["input_ids"]
+            logits = model(torch.tensor([ids])).logits[0].float()
+            greedy = model.generate(torch.tensor([ids]), max_new_tokens=N_GREEDY, min_new_tokens=N_GREEDY,
+                                    do_sample=False, eos_token_id=None, pad_token_id=0)[0][len(ids):].tolist()
+            cases.append({
+                "prompt": text,
+                "ids": ids,
+                "argmax": logits.argmax(-1).tolist(),
+                "logsumexp": [round(float(x), 6) for x in torch.logsumexp(logits, -1)],
+                "probe_logits": [[round(float(row[p]), 6) for p in probes] for row in logits],
+                "greedy": greedy,
+            })
+    return probes, cases
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "tests/golden/hf-tiny"))
@@ -44,28 +71,10 @@ def main():
 
     tok = AutoTokenizer.from_pretrained(out)
     model = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    vocab = model.config.vocab_size
-    gen = torch.Generator().manual_seed(1)
-    probes = sorted(set(range(8)) | set(torch.randint(0, vocab, (56,), generator=gen).tolist()))
-
-    cases = []
-    with torch.no_grad():
-        for text in PROMPTS:
-            ids = tok(text, add_special_tokens=True)["input_ids"]
-            logits = model(torch.tensor([ids])).logits[0].float()
-            greedy = model.generate(torch.tensor([ids]), max_new_tokens=N_GREEDY, min_new_tokens=N_GREEDY,
-                                    do_sample=False, eos_token_id=None, pad_token_id=0)[0][len(ids):].tolist()
-            cases.append({
-                "prompt": text,
-                "ids": ids,
-                "argmax": logits.argmax(-1).tolist(),
-                "logsumexp": [round(float(x), 6) for x in torch.logsumexp(logits, -1)],
-                "probe_logits": [[round(float(row[p]), 6) for p in probes] for row in logits],
-                "greedy": greedy,
-            })
+    probes, cases = golden_cases(model, tok, PROMPTS)
     golden = {
         "about": "tools/make_hf_golden.py: transformers LlamaForCausalLM in float32 on tests/golden/hf-tiny",
-        "vocab": vocab,
+        "vocab": model.config.vocab_size,
         "probes": probes,
         "cases": cases,
     }

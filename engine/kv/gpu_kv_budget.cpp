@@ -18,7 +18,7 @@ std::string mib(size_t bytes) { return fmt::format("{:.0f} MiB", static_cast<dou
 size_t step_scratch_bound(const ModelConfig& mc, int64_t T, int64_t R) {
   R = std::min(R, T);
   const int64_t D = mc.dim, H = mc.n_heads, Hkv = std::max(mc.kv_heads_here, 1), hd = mc.head_dim, F = mc.ffn_dim;
-  // engine/models/llama.cpp's activation buffers: x, h, q (also the normed rows
+  // engine/models/decoder.cpp's activation buffers: x, h, q (also the normed rows
   // for the logits), k, v, att, gate, up, logits.
   const int64_t activations = 2 * T * D + std::max(T * H * hd, R * D) + 2 * T * Hkv * hd + T * H * hd + 2 * T * F +
                               R * int64_t(mc.vocab);

@@ -8,9 +8,11 @@ namespace inferd::engine {
 namespace {
 
 const std::map<std::string, ModelFactory>& registry() {
-  // Llama-family files (SmolLM2, Llama 2/3, Mistral) share one implementation.
+  // Each is the shared decoder (engine/models/decoder.hpp) with its own options.
   static const std::map<std::string, ModelFactory> r = {
-      {"llama", make_llama},
+      {"llama", make_llama},  // SmolLM2, Llama 2/3, Mistral
+      {"qwen2", make_qwen2},  // Qwen2, Qwen2.5
+      {"qwen3", make_qwen3},
   };
   return r;
 }
@@ -48,7 +50,11 @@ std::unique_ptr<Model> load_model(const GgufFile& file, kernels::Backend& backen
   auto arch = file.get_string("general.architecture");
   if (!arch) throw LoadError(file.path(), 0, "missing general.architecture");
   auto it = registry().find(*arch);
-  if (it == registry().end()) throw LoadError(file.path(), 0, "unsupported architecture '" + *arch + "'");
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& name : known_architectures()) known += (known.empty() ? "" : ", ") + name;
+    throw LoadError(file.path(), 0, "unsupported architecture '" + *arch + "' (known: " + known + ")");
+  }
   WeightLoader weights(file, progress);
   auto model = it->second(file, backend, precision, weights, tp);
   weights.finish();

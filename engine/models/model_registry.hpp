@@ -58,5 +58,9 @@ std::vector<std::string> known_architectures();
 // Defined in each architecture's file.
 std::unique_ptr<Model> make_llama(const GgufFile& file, kernels::Backend& backend, Precision precision,
                                   WeightLoader& weights, const TensorParallel& tp);
+std::unique_ptr<Model> make_qwen2(const GgufFile& file, kernels::Backend& backend, Precision precision,
+                                  WeightLoader& weights, const TensorParallel& tp);
+std::unique_ptr<Model> make_qwen3(const GgufFile& file, kernels::Backend& backend, Precision precision,
+                                  WeightLoader& weights, const TensorParallel& tp);
 
 }  // namespace inferd::engine

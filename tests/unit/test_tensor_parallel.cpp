@@ -1,7 +1,9 @@
 // A model split across tensor-parallel ranks computes what the whole model does:
 // the default model (9 heads over 3 kv heads, 1536 hidden columns, 49,152 ids)
 // at TP=2 (uneven: 2 kv heads and 1 kv head) and TP=3, each rank in its own
-// thread with its own backend and KV cache, against TP=1 on the same steps.
+// thread with its own backend and KV cache, against TP=1 on the same steps; and
+// the tiny Qwen2 and Qwen3 fixtures (tests/golden) at TP=2, their q/k/v biases
+// sliced with the heads and their per-head q/k norms held by every rank.
 // The ranks meet through an in-process stand-in for the data plane (the real
 // ones, Gloo and NCCL, have their own tests); it sums in rank order.
 // Only the order of float sums differs from the whole model (each rank's partial
@@ -73,8 +75,8 @@ struct Rank {
   std::unique_ptr<engine::GgufFile> file;
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<engine::KvCache> kv;
-  Rank(engine::Precision p, const engine::TensorParallel& tp) {
-    file = engine::GgufFile::open(test_paths::default_model());
+  Rank(const std::string& path, engine::Precision p, const engine::TensorParallel& tp) {
+    file = engine::GgufFile::open(path);
     model = engine::load_model(*file, *backend, p, {}, tp);
     const auto& mc = model->config();
     kv = std::make_unique<engine::KvCache>(
@@ -118,7 +120,7 @@ Rows run(engine::Model& model, engine::KvCache& kv, int steps, const Rows* force
   return rows;
 }
 
-Rows run_group(engine::Precision p, int n, int steps, const Rows* forced = nullptr) {
+Rows run_group(const std::string& path, engine::Precision p, int n, int steps, const Rows* forced = nullptr) {
   Meeting meeting(n);
   std::vector<Rows> out(n);
   std::vector<std::thread> threads;
@@ -127,7 +129,7 @@ Rows run_group(engine::Precision p, int n, int steps, const Rows* forced = nullp
     threads.emplace_back([&, r] {
       try {
         ThreadCollectives comm(meeting, r);
-        Rank rank(p, engine::TensorParallel{r, n, n > 1 ? &comm : nullptr});
+        Rank rank(path, p, engine::TensorParallel{r, n, n > 1 ? &comm : nullptr});
         out[r] = run(*rank.model, *rank.kv, steps, forced);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -139,11 +141,11 @@ Rows run_group(engine::Precision p, int n, int steps, const Rows* forced = nullp
   return out[0];
 }
 
-void compare(engine::Precision p, int n, float tol, int min_same_pct) {
-  REQUIRE_MESSAGE(std::filesystem::exists(test_paths::default_model()), "default model missing (run tools/bootstrap.sh)");
+void compare(const std::string& path, engine::Precision p, int n, float tol, int min_same_pct) {
+  REQUIRE_MESSAGE(std::filesystem::exists(path), path << " missing (tools/bootstrap.sh fetches the default model)");
   const int steps = 24;
-  const auto whole = run_group(p, 1, steps);
-  const auto split = run_group(p, n, steps, &whole);
+  const auto whole = run_group(path, p, 1, steps);
+  const auto split = run_group(path, p, n, steps, &whole);
   REQUIRE(whole.size() == split.size());
   float worst = 0, widest_tie = 0;
   int same = 0;
@@ -156,7 +158,7 @@ void compare(engine::Precision p, int n, float tol, int min_same_pct) {
     widest_tie = std::max(widest_tie, a[ia] - a[ib]);
   }
   const std::string what = p == engine::Precision::Exact ? "exact" : "fast";
-  MESSAGE("TP=" << n << " " << what << ": largest logit difference " << worst
+  MESSAGE(path << " TP=" << n << " " << what << ": largest logit difference " << worst
                 << ", greedy tokens equal " << same << "/" << whole.size());
   CHECK(worst < tol);
   CHECK(same * 100 >= min_same_pct * int(whole.size()));
@@ -166,13 +168,19 @@ void compare(engine::Precision p, int n, float tol, int min_same_pct) {
 }  // namespace
 
 TEST_CASE("tensor parallel: exact precision at TP=2 (uneven heads) and TP=3 gives the whole model's logits") {
-  compare(engine::Precision::Exact, 2, 1e-3f, 100);
-  compare(engine::Precision::Exact, 3, 1e-3f, 100);
+  compare(test_paths::default_model(), engine::Precision::Exact, 2, 1e-3f, 100);
+  compare(test_paths::default_model(), engine::Precision::Exact, 3, 1e-3f, 100);
 }
 
 TEST_CASE("tensor parallel: fast precision at TP=2 and TP=3 agrees with the whole model up to int8 rounding") {
-  compare(engine::Precision::Fast, 2, 3.0f, 90);
-  compare(engine::Precision::Fast, 3, 3.0f, 90);
+  compare(test_paths::default_model(), engine::Precision::Fast, 2, 3.0f, 90);
+  compare(test_paths::default_model(), engine::Precision::Fast, 3, 3.0f, 90);
+}
+
+TEST_CASE("tensor parallel: Qwen2 (sliced q/k/v biases) and Qwen3 (per-head q/k norms) at TP=2 give the whole model's logits") {
+  const std::string golden = test_paths::source_dir() + "/tests/golden/";
+  compare(golden + "qwen2-tiny.gguf", engine::Precision::Exact, 2, 1e-3f, 100);
+  compare(golden + "qwen3-tiny.gguf", engine::Precision::Exact, 2, 1e-3f, 100);
 }
 
 TEST_CASE("tensor parallel: a group larger than the kv heads is refused with the reason") {
