@@ -34,6 +34,7 @@ namespace {
 struct CpuFeatures {
   bool avx2 = false;    // with FMA and F16C, ymm state enabled by the OS
   bool avx512 = false;  // F, BW, VL and VNNI, zmm and mask state enabled by the OS
+  bool avx512_bf16 = false;  // with avx512
 };
 
 CpuFeatures detect_cpu() {
@@ -52,6 +53,7 @@ CpuFeatures detect_cpu() {
   const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
   const bool vnni = c & (1u << 11);
   f.avx512 = f.avx2 && zmm_state && avx512f && avx512bw && avx512vl && vnni;
+  if (f.avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = a & (1u << 5);
 #endif
   return f;
 }
@@ -71,7 +73,7 @@ const KernelTable* avx2_kernels() {
 #endif
 }
 
-const KernelTable* avx512_kernels() {
+const KernelTable* avx512_kernels_without_bf16() {
 #if INFERD_HAVE_AVX2_KERNELS && INFERD_HAVE_AVX512_KERNELS
   // kAvx512Kernels, with AVX2's ops where it has none.
   static const KernelTable table = [] {
@@ -82,6 +84,7 @@ const KernelTable* avx512_kernels() {
     };
     fill(k.quantize_act, a.quantize_act);
     fill(k.matmul_quant, a.matmul_quant);
+    if (!k.matmul_float) k.matmul_float_scratch = a.matmul_float_scratch;
     fill(k.matmul_float, a.matmul_float);
     fill(k.rmsnorm_row, a.rmsnorm_row);
     fill(k.silu_mul, a.silu_mul);
@@ -93,6 +96,20 @@ const KernelTable* avx512_kernels() {
     return k;
   }();
   return cpu_features().avx512 ? &table : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const KernelTable* avx512_kernels() {
+#if INFERD_HAVE_AVX2_KERNELS && INFERD_HAVE_AVX512_KERNELS
+  if (!cpu_features().avx512_bf16) return avx512_kernels_without_bf16();
+  static const KernelTable table = [] {
+    KernelTable k = *avx512_kernels_without_bf16();
+    k.matmul_float = matmul_float_avx512_bf16;
+    return k;
+  }();
+  return &table;
 #else
   return nullptr;
 #endif
@@ -144,8 +161,11 @@ class CpuBackend final : public Backend {
     const int64_t chunk = row_chunk(w.rows);
     const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
     if (!is_quantized(w.type)) {
-      pool_.parallel_for(n_chunks, [&](int64_t c, int) {
-        k_.matmul_float(w, x, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
+      const int64_t scratch = k_.matmul_float_scratch ? k_.matmul_float_scratch(w, n_tokens) : 0;
+      if (float_scratch_.size() < static_cast<size_t>(scratch * pool_.size())) float_scratch_.resize(scratch * pool_.size());
+      pool_.parallel_for(n_chunks, [&](int64_t c, int thread) {
+        k_.matmul_float(w, x, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk),
+                        float_scratch_.data() + thread * scratch);
       });
       return;
     }
@@ -400,6 +420,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<cpu::ActTile> act_;
   std::vector<float> part_, qbuf_, scores_;
+  std::vector<float> float_scratch_;  // matmul_float's, per thread
   std::vector<Tile> tiles_;
 };
 
