@@ -788,9 +788,11 @@ void float_matmul_typed(const WeightView& w, const float* x, int64_t n_tokens, f
   panel_rows<PanelF32<L>>(w, x, n_tokens, y, ldy, r0, r1, scratch);
 }
 
+// Enough for either kind of panel: the table with BF16 dot products shares it.
 int64_t matmul_float_scratch(const WeightView& w, int64_t n_tokens) {
   if (n_tokens < kPanelMinTokens) return 0;
-  return w.type == DType::BF16 ? panel_scratch<PanelBf16>(w.cols) : panel_scratch<PanelF32<F32R>>(w.cols);
+  const int64_t f32 = panel_scratch<PanelF32<F32R>>(w.cols), bf16 = panel_scratch<PanelBf16>(w.cols);
+  return f32 > bf16 ? f32 : bf16;
 }
 
 void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,

@@ -417,13 +417,14 @@ TEST_CASE("quantized matmul of every SIMD table against scalar, over shapes and 
 TEST_CASE("float matmul of every SIMD table against scalar, over shapes, token counts and row splits") {
   // Relative 1e-4 of sum |w x| (kBf16DotsRel for BF16 dot products). The shapes
   // take every tail: rows not a multiple of 4, 16 or 32, rows past one block of
-  // repacked panels (300 x 600), row lengths not a multiple of 2, 8, 16 or 32;
+  // repacked panels (300 x 600) or longer than one block's budget (20 x 5000),
+  // row lengths not a multiple of 2, 8, 16 or 32;
   // the token counts both sides of the few-token path and of a token tile.
   std::vector<const cpu::KernelTable*> tables = simd_tables();
   if (cpu::avx512_kernels_without_bf16() && cpu::avx512_kernels_without_bf16() != cpu::avx512_kernels())
     tables.push_back(cpu::avx512_kernels_without_bf16());
   const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {15, 33}, {16, 64}, {17, 95}, {33, 576}, {67, 100},
-                                                {300, 600}};
+                                                {300, 600}, {20, 5000}};
   const int64_t token_counts[] = {1, 2, 3, 4, 5, 9, 15, 16, 17, 23, 40};
   for (const cpu::KernelTable* t : tables) {
     const std::string isa = t->isa;
