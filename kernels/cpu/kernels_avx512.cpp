@@ -1,9 +1,11 @@
 // AVX-512 (F, BW, VL) + VNNI kernels: the quantized matmul (Q4_0, Q4_1, Q8_0),
-// attention (scores, softmax, probabilities, values) and the elementwise ops;
-// the table's other ops are AVX2's (see kAvx512Kernels at the end). f16
-// converts through _mm512_cvtph_ps / _mm512_cvtps_ph (AVX-512F), not
-// AVX512-FP16. This file alone is compiled with those instruction sets, and
-// without FMA contraction, and runs only after the backend has checked the CPU.
+// the float-weight matmul (F32, F16, BF16), attention (scores, softmax,
+// probabilities, values) and the elementwise ops; the table's other ops are
+// AVX2's (see kAvx512Kernels at the end). f16 converts through _mm512_cvtph_ps /
+// _mm512_cvtps_ph (AVX-512F), not AVX512-FP16. This file alone is compiled with
+// those instruction sets, and without FMA contraction, and runs only after the
+// backend has checked the CPU; the few functions marked target("avx512bf16")
+// run only where it also has AVX512_BF16.
 // As in kernels_avx2.cpp, everything here has internal linkage and uses no
 // standard-library templates.
 //
