@@ -34,7 +34,6 @@ namespace {
 struct CpuFeatures {
   bool avx2 = false;    // with FMA and F16C, ymm state enabled by the OS
   bool avx512 = false;  // F, BW, VL and VNNI, zmm and mask state enabled by the OS
-  bool avx512_bf16 = false;  // with avx512
 };
 
 CpuFeatures detect_cpu() {
@@ -53,7 +52,6 @@ CpuFeatures detect_cpu() {
   const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
   const bool vnni = c & (1u << 11);
   f.avx512 = f.avx2 && zmm_state && avx512f && avx512bw && avx512vl && vnni;
-  if (f.avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = a & (1u << 5);
 #endif
   return f;
 }
@@ -73,7 +71,7 @@ const KernelTable* avx2_kernels() {
 #endif
 }
 
-const KernelTable* avx512_kernels_without_bf16() {
+const KernelTable* avx512_kernels() {
 #if INFERD_HAVE_AVX2_KERNELS && INFERD_HAVE_AVX512_KERNELS
   // kAvx512Kernels, with AVX2's ops where it has none.
   static const KernelTable table = [] {
@@ -96,20 +94,6 @@ const KernelTable* avx512_kernels_without_bf16() {
     return k;
   }();
   return cpu_features().avx512 ? &table : nullptr;
-#else
-  return nullptr;
-#endif
-}
-
-const KernelTable* avx512_kernels() {
-#if INFERD_HAVE_AVX2_KERNELS && INFERD_HAVE_AVX512_KERNELS
-  if (!cpu_features().avx512_bf16) return avx512_kernels_without_bf16();
-  static const KernelTable table = [] {
-    KernelTable k = *avx512_kernels_without_bf16();
-    k.matmul_float = matmul_float_avx512_bf16;
-    return k;
-  }();
-  return &table;
 #else
   return nullptr;
 #endif

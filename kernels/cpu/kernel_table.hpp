@@ -100,16 +100,7 @@ const KernelTable* avx2_kernels();
 // kAvx2Kernels' in avx512_kernels().
 extern const KernelTable kAvx512Kernels;
 #endif
-#if INFERD_HAVE_AVX512_KERNELS
-// kAvx512Kernels' matmul_float with BF16 weights through AVX512_BF16 dot
-// products (activations rounded to bf16): for CPUs that have them.
-void matmul_float_avx512_bf16(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
-                              int64_t r0, int64_t r1, float* scratch);
-#endif
-// nullptr when not compiled in or the CPU lacks AVX-512 F/BW/VL, VNNI or AVX2;
-// with matmul_float_avx512_bf16 where the CPU has AVX512_BF16.
+// nullptr when not compiled in or the CPU lacks AVX-512 F/BW/VL, VNNI or AVX2.
 const KernelTable* avx512_kernels();
-// The same without AVX512_BF16 (as on CPUs that lack it), for tests.
-const KernelTable* avx512_kernels_without_bf16();
 
 }  // namespace inferd::kernels::cpu
