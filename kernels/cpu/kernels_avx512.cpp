@@ -512,7 +512,7 @@ inline __m512 exp512(__m512 x) {
 // F16 and BF16 weights are widened to floats, exactly; the activations stay
 // floats. (AVX512_BF16's vdpbf16ps, with activations rounded to bf16 as
 // llama.cpp does, measured no faster here and moved the logits of the BF16 HF
-// fixture from transformers' by 0.13, ten times the float path's 1.3e-2.)
+// fixture from transformers' by 0.13, ten times the float path's 1.2e-2.)
 
 constexpr int64_t kPanelMinTokens = 16;  // fewer tokens: repacking costs more than it saves
 constexpr int kPanelTokens = 8;          // x two panels of 16 rows: 16 accumulators
@@ -531,13 +531,12 @@ void with_shape(int r, int t, A... a) {
 }
 
 // Rows of one weight type: 16 weights from k as floats (`m`: the lanes inside
-// the row), and a half-precision weight in a lane's low 16 bits widened.
+// the row); for the 16-bit types, a weight in a lane's low 16 bits widened.
 struct F32R {
   static constexpr int kBytes = 4;
   static __m512 load16(const uint8_t* row, int64_t k, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
   }
-  static __m512 widen(__m512i) { return _mm512_setzero_ps(); }  // unused: no halves
 };
 struct F16R {
   static constexpr int kBytes = 2;
