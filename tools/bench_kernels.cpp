@@ -141,6 +141,9 @@ int main(int argc, char** argv) {
       {"attn_q/o", DType::Q4_1, 576, 576},  {"attn_k/v", DType::Q4_1, 192, 576},
       {"ffn_gate/up", DType::Q4_1, 1536, 576}, {"ffn_down", DType::Q4_1, 576, 1536},
       {"output", DType::Q8_0, 49152, 576},
+      // The same model converted to F16 / BF16 (the float-weight path).
+      {"ffn_gate/up", DType::F16, 1536, 576},  {"ffn_down", DType::F16, 576, 1536},
+      {"ffn_gate/up", DType::BF16, 1536, 576}, {"ffn_down", DType::BF16, 576, 1536},
   };
   const size_t kModelBytes = size_t(96) << 20;  // the default model reads ~96 MB per token
 

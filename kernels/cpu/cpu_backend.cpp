@@ -82,6 +82,7 @@ const KernelTable* avx512_kernels() {
     };
     fill(k.quantize_act, a.quantize_act);
     fill(k.matmul_quant, a.matmul_quant);
+    if (!k.matmul_float) k.matmul_float_scratch = a.matmul_float_scratch;
     fill(k.matmul_float, a.matmul_float);
     fill(k.rmsnorm_row, a.rmsnorm_row);
     fill(k.silu_mul, a.silu_mul);
@@ -144,8 +145,11 @@ class CpuBackend final : public Backend {
     const int64_t chunk = row_chunk(w.rows);
     const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
     if (!is_quantized(w.type)) {
-      pool_.parallel_for(n_chunks, [&](int64_t c, int) {
-        k_.matmul_float(w, x, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
+      const int64_t scratch = k_.matmul_float_scratch ? k_.matmul_float_scratch(w, n_tokens) : 0;
+      if (float_scratch_.size() < static_cast<size_t>(scratch * pool_.size())) float_scratch_.resize(scratch * pool_.size());
+      pool_.parallel_for(n_chunks, [&](int64_t c, int thread) {
+        k_.matmul_float(w, x, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk),
+                        float_scratch_.data() + thread * scratch);
       });
       return;
     }
@@ -400,6 +404,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<cpu::ActTile> act_;
   std::vector<float> part_, qbuf_, scores_;
+  std::vector<float> float_scratch_;  // matmul_float's, per thread
   std::vector<Tile> tiles_;
 };
 

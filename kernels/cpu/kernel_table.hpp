@@ -51,11 +51,15 @@ struct KernelTable {
   // `weight` blocks into slot `slot` of tiles[0 .. n / 32).
   void (*quantize_act)(DType weight, const float* x, int64_t n, ActTile* tiles, int slot);
   // y[t * ldy + r] = row r of w . token t, for r in [r0, r1), t < n_tokens.
-  // Quantized weights read the activation tiles xq; float weights read x.
+  // Quantized weights read the activation tiles xq.
   void (*matmul_quant)(const WeightView& w, const ActTile* xq, int64_t n_tokens, float* y, int64_t ldy,
                        int64_t r0, int64_t r1);
+  // Float weights (F32, F16, BF16) read x as it is. A table whose matmul_float
+  // repacks weights says how many floats of scratch one call needs
+  // (matmul_float_scratch; null or 0: none); each thread passes its own.
+  int64_t (*matmul_float_scratch)(const WeightView& w, int64_t n_tokens);
   void (*matmul_float)(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
-                       int64_t r1);
+                       int64_t r1, float* scratch);
 
   void (*rmsnorm_row)(const float* x, const float* weight, float* y, int64_t n, float eps);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);

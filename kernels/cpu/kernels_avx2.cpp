@@ -542,7 +542,7 @@ void float_matmul_typed(const WeightView& w, const float* x, int64_t n_tokens, f
 }
 
 void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
-                  int64_t r1) {
+                  int64_t r1, float*) {
   switch (w.type) {
     case DType::F16: return float_matmul_typed<F16L>(w, x, n_tokens, y, ldy, r0, r1);
     case DType::BF16: return float_matmul_typed<BF16L>(w, x, n_tokens, y, ldy, r0, r1);
@@ -738,8 +738,8 @@ void scale_probs(float* s, int64_t n, float inv, bool to_f16) {
 }  // namespace
 
 const KernelTable kAvx2Kernels{
-    "avx2",      quantize_act, matmul_quant, matmul_float, rmsnorm_row, silu_mul,
-    add,         attn_scores,  softmax_exp,  scale_probs,  attn_values,
+    "avx2",   quantize_act, matmul_quant, nullptr,     matmul_float, rmsnorm_row,
+    silu_mul, add,          attn_scores,  softmax_exp, scale_probs,  attn_values,
 };
 
 }  // namespace inferd::kernels::cpu

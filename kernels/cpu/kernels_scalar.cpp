@@ -167,7 +167,7 @@ void matmul_rows(const WeightView& w, const float* x, int64_t n_tokens, float* y
 }
 
 void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
-                  int64_t r1) {
+                  int64_t r1, float*) {
   switch (w.type) {
     case DType::F16:
       return matmul_rows(w, x, n_tokens, y, ldy, r0, r1, [](const uint8_t* row, int64_t c) {
@@ -267,8 +267,8 @@ void attn_values(const KvLayerView& kv, const int32_t* block_table, int32_t p0, 
 }  // namespace
 
 const KernelTable kScalarKernels{
-    "scalar",    quantize_act, matmul_quant, matmul_float, rmsnorm_row, silu_mul,
-    add,         attn_scores,  softmax_exp,  scale_probs,  attn_values,
+    "scalar", quantize_act, matmul_quant, nullptr,     matmul_float, rmsnorm_row,
+    silu_mul, add,          attn_scores,  softmax_exp, scale_probs,  attn_values,
 };
 
 }  // namespace inferd::kernels::cpu

@@ -403,6 +403,45 @@ TEST_CASE("quantized matmul of every SIMD table against scalar, over shapes and 
   }
 }
 
+TEST_CASE("float matmul of every SIMD table against scalar, over shapes, token counts and row splits") {
+  // Relative 1e-4 of sum |w x| (only the summation order differs). The shapes
+  // take every tail: rows not a multiple of 4, 16 or 32, rows past one block of
+  // repacked panels (300 x 600) or longer than one block's budget (20 x 5000),
+  // row lengths not a multiple of 2, 8, 16 or 32;
+  // the token counts both sides of the few-token path and of a token tile.
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {15, 33}, {16, 64}, {17, 95}, {33, 576}, {67, 100},
+                                                {300, 600}, {20, 5000}};
+  const int64_t token_counts[] = {1, 2, 3, 4, 5, 9, 15, 16, 17, 23, 40};
+  for (const cpu::KernelTable* t : simd_tables()) {
+    const std::string isa = t->isa;
+    CAPTURE(isa);
+    for (DType type : {DType::F16, DType::BF16, DType::F32}) {
+      const double rel = 1e-4;
+      for (const auto& [rows, cols] : shapes) {
+        const TestWeight w = make_weight(type, rows, cols, 90 + static_cast<uint32_t>(rows + cols));
+        for (int64_t nt : token_counts) {
+          const auto x = random_floats(nt * cols, 91 + static_cast<uint32_t>(nt), -3.0f, 3.0f);
+          std::vector<float> ys(nt * rows), yv(nt * rows, NAN);
+          cpu::kScalarKernels.matmul_float(w.view, x.data(), nt, ys.data(), rows, 0, rows, nullptr);
+          // Two row ranges, split on a multiple of 16 as the backend splits them.
+          const int64_t split = std::min(rows, (rows / 2 + 15) / 16 * 16);
+          std::vector<float> scratch(t->matmul_float_scratch ? t->matmul_float_scratch(w.view, nt) : 0);
+          t->matmul_float(w.view, x.data(), nt, yv.data(), rows, 0, split, scratch.data());
+          t->matmul_float(w.view, x.data(), nt, yv.data(), rows, split, rows, scratch.data());
+          int64_t far = 0;
+          for (int64_t tok = 0; tok < nt; ++tok)
+            for (int64_t r = 0; r < rows; ++r) {
+              double mag = 0;
+              for (int64_t c = 0; c < cols; ++c) mag += std::fabs(w.values[r * cols + c] * x[tok * cols + c]);
+              far += !(std::fabs(ys[tok * rows + r] - yv[tok * rows + r]) <= rel * mag + 1e-30);
+            }
+          CHECK_MESSAGE(far == 0, traits(type).name, " ", rows, "x", cols, " t ", nt, ": ", far, " outside ", rel);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("quantized matmul: Q4_0 rows whose every scale is negative (its sign bit set) match scalar") {
   // Q4_0 maps the element of largest magnitude to -8, so a row of positive
   // values gets negative scales: f16 bit patterns of 0x8000 and up, which the
@@ -452,14 +491,15 @@ TEST_CASE("INFERD_CPU_ISA forces the instruction set of make_cpu_backend(threads
 }
 
 TEST_CASE("matmul gives the same bits with 1 and 2 threads") {
-  for (DType type : {DType::Q4_1, DType::Q8_0, DType::F16}) {
-    const TestWeight w = make_weight(type, 301, 64, 9);
-    const auto x = random_floats(7 * 64, 10);
-    std::vector<float> y1(7 * 301), y2(7 * 301);
-    best_backend(1)->matmul(w.view, x.data(), 7, y1.data());
-    best_backend(2)->matmul(w.view, x.data(), 7, y2.data());
-    CHECK(y1 == y2);
-  }
+  for (DType type : {DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16})
+    for (int64_t nt : {7, 40}) {  // float weights: the few-token and the many-token path
+      const TestWeight w = make_weight(type, 301, 64, 9);
+      const auto x = random_floats(nt * 64, 10);
+      std::vector<float> y1(nt * 301), y2(nt * 301);
+      best_backend(1)->matmul(w.view, x.data(), nt, y1.data());
+      best_backend(2)->matmul(w.view, x.data(), nt, y2.data());
+      CHECK_MESSAGE(y1 == y2, traits(type).name, " t ", nt);
+    }
 }
 
 TEST_CASE("get_rows dequantizes the selected rows") {
