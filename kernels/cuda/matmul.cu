@@ -591,25 +591,26 @@ __global__ __launch_bounds__(256) void gemm_float(const uint8_t* w, size_t row_s
     }
 }
 
+// Whether environment variable `name` is set to `value`: the switches that put
+// back an earlier kernel choice, for comparing the two on one build.
+bool env_is(const char* name, std::string_view value) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string_view(e) == value;
+}
+
 // Warps of a quantized GEMV block: one per stage of a row, up to kGemvWarps. A
 // row of 4096 columns (128 blocks) has two stages, and the two other warps of a
 // block of four would wait idle while taking the block's share of an SM.
 // INFERD_CUDA_GEMV_WARPS=4 always takes four, to compare.
 int gemv_warps(int64_t nb) {
-  static const bool always_all = [] {
-    const char* e = std::getenv("INFERD_CUDA_GEMV_WARPS");
-    return e != nullptr && std::string_view(e) == "4";
-  }();
+  static const bool always_all = env_is("INFERD_CUDA_GEMV_WARPS", "4");
   if (always_all) return kGemvWarps;
   return static_cast<int>(std::clamp<int64_t>((nb + kStageBlocks - 1) / kStageBlocks, 1, kGemvWarps));
 }
 
 // INFERD_CUDA_MMQ=0 sends 9 to 32 tokens to the dp4a tile instead, to compare.
 bool mmq_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("INFERD_CUDA_MMQ");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool on = !env_is("INFERD_CUDA_MMQ", "0");
   return on;
 }
 
@@ -641,10 +642,7 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
   // Decode (one or two tokens) takes 4 rows a block, so a block streams twice the
   // weight bytes for its fixed cost: on an H100, q4_0 at 8192 x 8192 went from
   // 0.42 to 0.56 of copy bandwidth. INFERD_CUDA_GEMV_ROWS=2 takes 2, to compare.
-  static const int decode_rows = [] {
-    const char* e = std::getenv("INFERD_CUDA_GEMV_ROWS");
-    return e != nullptr && std::string_view(e) == "2" ? kGemvRows : 4;
-  }();
+  static const int decode_rows = env_is("INFERD_CUDA_GEMV_ROWS", "2") ? kGemvRows : 4;
   const int rows_per_block = n <= 2 ? decode_rows : kGemvRows;
   auto* kernel = n <= 1   ? (rows_per_block == 4 ? gemv_quant<Block, 1, 4> : gemv_quant<Block, 1, kGemvRows>)
                  : n <= 2 ? (rows_per_block == 4 ? gemv_quant<Block, 2, 4> : gemv_quant<Block, 2, kGemvRows>)
