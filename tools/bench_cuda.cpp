@@ -116,24 +116,25 @@ void bench_attention(Backend& be, double roofline) {
   std::printf("\n]");
 }
 
-// "4096x14336,8192" -> {{4096, 14336}, {8192, 8192}} (rows x cols).
-std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& text) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  size_t at = 0;
-  while (at <= text.size()) {
+// "a,b,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= text.size();) {
     const size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    const size_t x = item.find('x');
-    const int64_t rows = std::stoll(item.substr(0, x));
-    out.emplace_back(rows, x == std::string::npos ? rows : std::stoll(item.substr(x + 1)));
+    out.push_back(text.substr(at, end - at));
     at = end + 1;
   }
   return out;
 }
 
-std::vector<int64_t> parse_ints(const std::string& text) {
-  std::vector<int64_t> out;
-  for (const auto& [n, unused] : parse_shapes(text)) out.push_back(n);
+// "4096x14336,8192" -> {{4096, 14336}, {8192, 8192}} (rows x cols).
+std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& text) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const std::string& item : split_commas(text)) {
+    const size_t x = item.find('x');
+    const int64_t rows = std::stoll(item.substr(0, x));
+    out.emplace_back(rows, x == std::string::npos ? rows : std::stoll(item.substr(x + 1)));
+  }
   return out;
 }
 
@@ -142,28 +143,31 @@ std::vector<int64_t> parse_ints(const std::string& text) {
 // bench_cuda [--shapes ROWSxCOLS,...] [--types q4_0,f16,...] [--tokens 1,2,...] [--no-attention]
 int main(int argc, char** argv) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{8192, 8192}};
-  std::vector<DType> types = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32};
+  const std::vector<DType> all_types = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32};
+  std::vector<DType> types = all_types;
   std::vector<int64_t> token_counts = {1, 2, 4, 8, 16, 32, 64, 128, 512};
   bool attention = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const std::string value = i + 1 < argc ? argv[i + 1] : "";
-    if (a == "--shapes") shapes = parse_shapes(value), ++i;
-    else if (a == "--tokens") token_counts = parse_ints(value), ++i;
-    else if (a == "--no-attention") attention = false;
-    else if (a == "--types") {
+    if (a == "--shapes") {
+      shapes = parse_shapes(value), ++i;
+    } else if (a == "--tokens") {
+      token_counts.clear();
+      for (const std::string& n : split_commas(value)) token_counts.push_back(std::stoll(n));
+      ++i;
+    } else if (a == "--no-attention") {
+      attention = false;
+    } else if (a == "--types") {
       types.clear();
-      for (size_t at = 0; at <= value.size();) {
-        const size_t end = std::min(value.find(',', at), value.size());
-        const std::string name = value.substr(at, end - at);
+      for (const std::string& name : split_commas(value)) {
         bool known = false;
-        for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::BF16, DType::F32})
+        for (DType t : all_types)
           if (traits(t).name == name) types.push_back(t), known = true;
         if (!known) {
           std::fprintf(stderr, "bench_cuda: unknown type %s\n", name.c_str());
           return 2;
         }
-        at = end + 1;
       }
       ++i;
     } else {
