@@ -602,31 +602,32 @@ inline void panel_offsets(size_t stride, int n, int32_t off[16]) {
 }
 
 // A panel of sixteen repacked rows (pk, panels `pstride` floats apart) x T
-// tokens, P panels at a time: acc[p][t] lane r += entry k of panel p (op) the
-// 32 bits at xs[t * xstride + k] broadcast, for k < klen. Stores the lanes of
-// mask[p] at y[t * ldy + 16 p].
-template <class Op, int P, int T>
-inline void panel_tile(const float* pk, int64_t pstride, const float* xs, int64_t xstride, int64_t klen, float* y,
-                       int64_t ldy, const __mmask16* mask) {
-  __m512 acc[P][T];
-  for (int p = 0; p < P; ++p)
-    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < klen; ++k) {
-    __m512 w[P];
-    for (int p = 0; p < P; ++p) w[p] = _mm512_loadu_ps(pk + p * pstride + k * 16);
-    for (int t = 0; t < T; ++t) {
-      const __m512 xb = _mm512_set1_ps(xs[t * xstride + k]);
-      for (int p = 0; p < P; ++p) acc[p][t] = Op::step(acc[p][t], w[p], xb);
+// tokens, P panels at a time: acc[p][t] lane r += entry k of panel p times
+// xs[t * xstride + k] broadcast, for k < cols. Stores the lanes of mask[p] at
+// y[t * ldy + 16 p].
+template <int P, int T>
+struct PanelTile {
+  static void run(const float* pk, int64_t pstride, const float* xs, int64_t xstride, int64_t cols, float* y,
+                  int64_t ldy, const __mmask16* mask) {
+    __m512 acc[P][T];
+    for (int p = 0; p < P; ++p)
+      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < cols; ++k) {
+      __m512 w[P];
+      for (int p = 0; p < P; ++p) w[p] = _mm512_loadu_ps(pk + p * pstride + k * 16);
+      for (int t = 0; t < T; ++t) {
+        const __m512 xb = _mm512_set1_ps(xs[t * xstride + k]);
+        for (int p = 0; p < P; ++p) acc[p][t] = _mm512_fmadd_ps(w[p], xb, acc[p][t]);
+      }
     }
+    for (int p = 0; p < P; ++p)
+      for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy + 16 * p, mask[p], acc[p][t]);
   }
-  for (int p = 0; p < P; ++p)
-    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy + 16 * p, mask[p], acc[p][t]);
-}
+};
 
-// Panels of floats (any weight type L): FMA with the activations as they are.
+// Panels of floats (any weight type L), multiplied with the activations as they are.
 template <class L>
 struct PanelF32 {
-  static int64_t klen(int64_t cols) { return cols; }
   // p[k * 16 + r] = weight k of row r (n rows valid), for k < cols.
   static void pack(const uint8_t* rows, size_t stride, int n, int64_t cols, float* p) {
     int32_t off[16];
@@ -648,16 +649,6 @@ struct PanelF32 {
     for (; k < cols; ++k)  // the row's last few weights
       for (int r = 0; r < 16; ++r) p[k * 16 + r] = _mm512_cvtss_f32(L::load16(rows + off[r], k, 1));
   }
-  struct Op {
-    static __m512 step(__m512 acc, __m512 w, __m512 x) { return _mm512_fmadd_ps(w, x, acc); }
-  };
-  template <int P, int T>
-  struct Tile {
-    static void run(const float* pk, int64_t pstride, const float* xs, int64_t xstride, int64_t klen, float* y,
-                    int64_t ldy, const __mmask16* mask) {
-      panel_tile<Op, P, T>(pk, pstride, xs, xstride, klen, y, ldy, mask);
-    }
-  };
 };
 
 // Rows per block: as many panels as fit kPanelBlockFloats, an even number, at least two.
@@ -666,9 +657,8 @@ inline int64_t panel_block_rows(int64_t pstride) {
   return 16 * (panels > 2 ? panels : 2);
 }
 
-template <class K>
 int64_t panel_scratch(int64_t cols) {
-  const int64_t pstride = 16 * K::klen(cols);
+  const int64_t pstride = 16 * cols;
   return panel_block_rows(pstride) / 16 * pstride;
 }
 
@@ -678,7 +668,7 @@ template <class K>
 void panel_rows(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0, int64_t r1,
                 float* scratch) {
   const auto* base = static_cast<const uint8_t*>(w.data);
-  const int64_t klen = K::klen(w.cols), pstride = 16 * klen, block = panel_block_rows(pstride);
+  const int64_t pstride = 16 * w.cols, block = panel_block_rows(pstride);
   for (int64_t b0 = r0; b0 < r1; b0 += block) {
     const int64_t b1 = b0 + block < r1 ? b0 + block : r1;
     const int64_t np = (b1 - b0 + 15) / 16;
@@ -691,9 +681,9 @@ void panel_rows(const WeightView& w, const float* x, int64_t n_tokens, float* y,
       const int tn = static_cast<int>(n_tokens - t0 < kPanelTokens ? n_tokens - t0 : kPanelTokens);
       for (int64_t i = 0; i < np; i += 2) {
         const __mmask16 mask[2] = {lanes_left(b1 - b0 - 16 * i), lanes_left(b1 - b0 - 16 * (i + 1))};
-        with_shape<K::template Tile, 2, kPanelTokens>(i + 1 < np ? 2 : 1, tn, scratch + i * pstride, pstride,
-                                                      x + t0 * w.cols, w.cols, klen, y + t0 * ldy + b0 + 16 * i,
-                                                      ldy, static_cast<const __mmask16*>(mask));
+        with_shape<PanelTile, 2, kPanelTokens>(i + 1 < np ? 2 : 1, tn, scratch + i * pstride, pstride,
+                                               x + t0 * w.cols, w.cols, w.cols, y + t0 * ldy + b0 + 16 * i, ldy,
+                                               static_cast<const __mmask16*>(mask));
       }
     }
   }
@@ -707,7 +697,7 @@ void float_matmul_typed(const WeightView& w, const float* x, int64_t n_tokens, f
 }
 
 int64_t matmul_float_scratch(const WeightView& w, int64_t n_tokens) {
-  return n_tokens < kPanelMinTokens ? 0 : panel_scratch<PanelF32<F32R>>(w.cols);
+  return n_tokens < kPanelMinTokens ? 0 : panel_scratch(w.cols);
 }
 
 void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
