@@ -229,6 +229,14 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
     y[i] = __fadd_rn(y[i], x[i]);
 }
 
+// y[r][i] += x[i] for every row r of y: a bias over all rows in one launch.
+__global__ void add_rows_kernel(float* y, const float* x, int64_t n_rows, int64_t n) {
+  grid_dependency();
+  const int64_t total = n_rows * n;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], x[i % n]);
+}
+
 template <class T>
 __global__ void kv_store_kernel(KvLayerView kv, const AttnToken* toks, const float* k, const float* v) {
   grid_dependency();
@@ -312,6 +320,12 @@ void add(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   launch_kernel(add_kernel, blocks_for(n), kThreads, 0, stream, y, x, n);
   check_launch("add");
+}
+
+void add_rows(float* y, const float* x, int64_t n_rows, int64_t n, cudaStream_t stream) {
+  if (n_rows <= 0 || n <= 0) return;
+  launch_kernel(add_rows_kernel, blocks_for(n_rows * n), kThreads, 0, stream, y, x, n_rows, n);
+  check_launch("add_rows");
 }
 
 void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k, const float* v,

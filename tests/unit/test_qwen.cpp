@@ -31,22 +31,13 @@ namespace {
 std::string fixture(const std::string& arch) { return test_paths::source_dir() + "/tests/golden/" + arch + "-tiny.gguf"; }
 
 json::object golden(const std::string& arch) {
-  return json::parse(read_text(test_paths::source_dir() + "/tests/golden/" + arch + "_tiny.json")).as_object();
+  return read_golden(test_paths::source_dir() + "/tests/golden/" + arch + "_tiny.json");
 }
 
 void check_golden(const std::string& arch, engine::Precision p, double tol) {
   Runner r(fixture(arch), p);
-  const auto g = golden(arch);
-  REQUIRE(r.vocab == g.at("vocab").as_int64());
-  for (const auto& cv : g.at("cases").as_array()) {
-    const auto& c = cv.as_object();
-    CAPTURE(arch);
-    CAPTURE(c.at("prompt").as_string());
-    const double worst = compare(r, c, g.at("probes").as_array(), p == engine::Precision::Exact);
-    MESSAGE(arch << " " << std::string(p == engine::Precision::Exact ? "exact" : "fast") << ": max |logit diff| " << worst);
-    CHECK(worst < tol);
-    CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
-  }
+  const bool exact = p == engine::Precision::Exact;
+  check_cases(r, golden(arch), exact, tol, arch + (exact ? " exact" : " fast"));
 }
 
 // A little-endian u32 as the file holds it: a value, a type code or a length's low half.
