@@ -17,7 +17,8 @@ namespace {
 
 std::string golden_dir() { return std::string(INFERD_TEST_SOURCE_DIR) + "/tests/golden/"; }
 
-void check_on_cuda(const std::string& model, const std::string& golden, const std::string& label) {
+void check_on_cuda(const std::string& model, const std::string& golden, const std::string& label,
+                   double fast_tol = 5e-2) {
   const auto g = read_golden(golden_dir() + golden);
   {
     Runner r(golden_dir() + model, engine::Precision::Exact, kernels::make_cuda_backend(0));
@@ -26,12 +27,17 @@ void check_on_cuda(const std::string& model, const std::string& golden, const st
     check_cases(r, g, true, 1e-2, label + " exact");
   }
   Runner r(golden_dir() + model, engine::Precision::Fast, kernels::make_cuda_backend(0));
-  check_cases(r, g, false, 5e-2, label + " fast");
+  check_cases(r, g, false, fast_tol, label + " fast");
 }
 
 }  // namespace
 
-TEST_CASE("CUDA: an HF safetensors checkpoint matches transformers") { check_on_cuda("hf-tiny", "hf_tiny.json", "hf"); }
+TEST_CASE("CUDA: an HF safetensors checkpoint matches transformers") {
+  // Prompts of 16 tokens or more run BF16 weights through tensor-core GEMMs,
+  // which round the activations to BF16 too (8 significant bits): measured 0.10
+  // on an H100, where the CPU's float activations stay within 1.3e-2.
+  check_on_cuda("hf-tiny", "hf_tiny.json", "hf", 0.15);
+}
 
 TEST_CASE("CUDA: Qwen2 (projection biases, one add_rows launch) matches transformers") {
   check_on_cuda("qwen2-tiny.gguf", "qwen2_tiny.json", "qwen2");
