@@ -78,7 +78,16 @@ constexpr int kNormPerThread = 8;
 constexpr int kNormMaxThreads = 1024;
 
 __global__ void rmsnorm_kernel(float* x, const float* residual, const float* weight, float* y, int64_t n, float eps) {
-  grid_dependency();
+  grid_launch_dependents();
+  // The norm's weights first: nothing writes them, so their round trip overlaps
+  // the kernel before this one (the row waits for it).
+  float wt[kNormPerThread];
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    wt[k] = i < n ? weight[i] : 0.0f;
+  }
+  grid_wait();
   __shared__ double partial[kNormMaxThreads / 32];
   __shared__ float row_scale;
   float* xr = x + int64_t(blockIdx.x) * n;
@@ -120,7 +129,7 @@ __global__ void rmsnorm_kernel(float* x, const float* residual, const float* wei
 #pragma unroll
     for (int k = 0; k < kNormPerThread; ++k) {
       const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < n) yr[i] = __fmul_rn(__fmul_rn(v[k], scale), weight[i]);
+      if (i < n) yr[i] = __fmul_rn(__fmul_rn(v[k], scale), wt[k]);
     }
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), weight[i]);

@@ -178,7 +178,7 @@ struct GemvSegs {
 template <class Block, int NT, int ROWS>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int64_t nb, const int8_t* xq,
                                                               const float2* xdc, int n_tokens) {
-  grid_dependency();
+  grid_launch_dependents();
   int si = 0;
 #pragma unroll
   for (int i = 1; i < kMaxSegs; ++i)
@@ -197,6 +197,29 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
   const uint8_t* row[ROWS];
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
+  // A stage goes straight from global to shared memory (cp.async), not through
+  // registers: holding every row's words in registers took 135 a thread on an
+  // H100, which left room for three blocks an SM (19 % occupancy). head[i]: the
+  // stage's offset in row i's first 16-byte word.
+  int head[ROWS];
+  auto stage = [&](int64_t b_start) {
+    const int n_blocks = static_cast<int>(min(int64_t(kStageBlocks), nb - b_start));
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(row[i] + b_start * kSize);
+      const auto* aligned = reinterpret_cast<const uint4*>(first & ~uintptr_t(15));
+      head[i] = static_cast<int>(first & 15);
+      const int words = (head[i] + n_blocks * kSize + 15) / 16;
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k)
+        if (lane + 32 * k < words)
+          copy_async_16(stage_mem + (warp * ROWS + i) * kWords + lane + 32 * k, aligned + lane + 32 * k);
+    }
+  };
+  // The first stage's weights are requested before waiting for the kernel
+  // before this one (nothing writes weights), so that round trip overlaps it.
+  if (int64_t(warp) * kStageBlocks < nb) stage(int64_t(warp) * kStageBlocks);
+  grid_wait();
   float sum[ROWS][NT], corr[ROWS][NT];
 #pragma unroll
   for (int i = 0; i < ROWS; ++i)
@@ -215,34 +238,19 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
         for (int t = 0; t < NT; ++t)
           if (lane + 32 * h < n_blocks && t < n_tokens) pre[h][t] = load_act(xq, xdc, nb, t, b_start + lane + 32 * h);
     }
-    // The stage goes straight from global to shared memory (cp.async), not
-    // through registers: holding every row's words in registers took 135 a
-    // thread on an H100, which left room for three blocks an SM (19 %
-    // occupancy) and too few loads in flight to keep DRAM busy.
-    int head[ROWS];
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-      const uintptr_t first = reinterpret_cast<uintptr_t>(row[i] + b_start * kSize);
-      const auto* aligned = reinterpret_cast<const uint4*>(first & ~uintptr_t(15));
-      head[i] = static_cast<int>(first & 15);
-      const int words = (head[i] + n_blocks * kSize + 15) / 16;
-#pragma unroll
-      for (int k = 0; k < kLoads; ++k)
-        if (lane + 32 * k < words) copy_async_16(stage_mem + (warp * ROWS + i) * kWords + lane + 32 * k, aligned + lane + 32 * k);
-    }
     copy_async_wait();
     __syncwarp();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // kStageBlocks = 64: two blocks per lane
       const int j = lane + 32 * h;
       if (j >= n_blocks) break;
-      const auto* stage = reinterpret_cast<const uint8_t*>(stage_mem + warp * ROWS * kWords);
+      const auto* staged = reinterpret_cast<const uint8_t*>(stage_mem + warp * ROWS * kWords);
       if constexpr (kPrefetch) {
         // The activations are in registers already: one row's unpacked block
         // live at a time, for the same reason as above.
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
-          const WBlock wb = load_block<Block>(stage + i * kWords * 16 + head[i], j);
+          const WBlock wb = load_block<Block>(staged + i * kWords * 16 + head[i], j);
 #pragma unroll
           for (int t = 0; t < NT; ++t)
             if (t < n_tokens) accumulate(wb, pre[h][t], sum[i][t], corr[i][t]);
@@ -251,7 +259,7 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
         // Up to 8 tokens: each token's activation block is loaded once for all rows.
         WBlock wb[ROWS];
 #pragma unroll
-        for (int i = 0; i < ROWS; ++i) wb[i] = load_block<Block>(stage + i * kWords * 16 + head[i], j);
+        for (int i = 0; i < ROWS; ++i) wb[i] = load_block<Block>(staged + i * kWords * 16 + head[i], j);
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           if (t < n_tokens) {
@@ -262,7 +270,8 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
         }
       }
     }
-    __syncwarp();
+    __syncwarp();  // the warp is done with its stage before the next overwrites it
+    if (b_start + n_warps * kStageBlocks < nb) stage(b_start + n_warps * kStageBlocks);
   }
 #pragma unroll
   for (int i = 0; i < ROWS; ++i)
