@@ -20,7 +20,7 @@ namespace inferd::engine {
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;           // as written: "BF16", "F16", "F32", "I64", ...
+  std::string dtype;           // as written: "BF16", "F16", "F32", "I64", "F8_E4M3", "F8_E8M0", ...
   std::vector<int64_t> shape;  // outermost first (row-major)
   uint64_t offset;             // absolute file offset of the data
   size_t nbytes;
