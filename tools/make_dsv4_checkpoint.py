@@ -46,13 +46,13 @@ def config_for(preset):
                     index_n_heads=2, index_head_dim=16, index_topk=4, sliding_window=16,
                     compress_ratios=[0, 0, 4, 128, 4, 0, 0, 0],
                     dspark_block_size=5, dspark_markov_rank=16, dspark_noise_token_id=127,
-                    dspark_target_layer_ids=[2, 3, 4])
+                    dspark_target_layer_ids=[2, 3, 4], num_nextn_predict_layers=1)
     else:
         dims = dict(hidden_size=4096, num_hidden_layers=1, num_attention_heads=64, head_dim=512, qk_rope_head_dim=64,
                     q_lora_rank=1024, o_lora_rank=1024, o_groups=8, vocab_size=129280, n_routed_experts=256,
                     num_experts_per_tok=6, moe_intermediate_size=2048, num_hash_layers=0, hc_mult=4,
                     index_n_heads=64, index_head_dim=128, index_topk=512, sliding_window=128,
-                    compress_ratios=[4])
+                    compress_ratios=[4], num_nextn_predict_layers=0)
     return dict(
         architectures=["DeepseekV4ForCausalLM"], model_type="deepseek_v4", **dims,
         num_key_value_heads=1, n_shared_experts=1, scoring_func="sqrtsoftplus", topk_method="noaux_tc",
@@ -60,7 +60,7 @@ def config_for(preset):
         rms_norm_eps=1e-6, rope_theta=10000, compress_rope_theta=160000,
         rope_scaling=dict(type="yarn", factor=16, original_max_position_embeddings=65536, beta_fast=32, beta_slow=1),
         max_position_embeddings=1048576, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
-        num_nextn_predict_layers=1, expert_dtype="fp4", torch_dtype="bfloat16",
+        expert_dtype="fp4", torch_dtype="bfloat16",
         quantization_config=dict(quant_method="fp8", fmt="e4m3", activation_scheme="dynamic", scale_fmt="ue8m0",
                                  weight_block_size=[128, 128]))
 
