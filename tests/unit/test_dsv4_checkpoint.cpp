@@ -219,6 +219,22 @@ TEST_CASE("DeepSeek-V4 checkpoint: damaged copies fail the gate naming the file 
     CHECK(e.find("tensor '" + first.back().name + "': appears in more than one shard (also in " + kShard1 + ")") !=
           std::string::npos);
   }
+  SUBCASE("duplicate names in one header") {
+    // JSON parsers keep one of two equal keys; the header is refused instead.
+    const auto entries = read_entries(s.path(kShard3));
+    std::string bytes = safetensors_bytes(entries);
+    uint64_t n;
+    std::memcpy(&n, bytes.data(), 8);
+    const std::string first = entries.front().name;
+    std::string h = bytes.substr(8, n);
+    const auto entry_text = json::serialize(json::parse(h).as_object()[first]);
+    h.insert(1, "\"" + first + "\":" + entry_text + ",");
+    const uint64_t m = h.size();
+    write_text(s.path(kShard3), std::string(reinterpret_cast<const char*>(&m), 8) + h + bytes.substr(8 + n));
+    const auto e = gate_problem(s.path());
+    CHECK(e.find(kShard3) != std::string::npos);
+    CHECK(e.find("tensor '" + first + "': named twice in the header") != std::string::npos);
+  }
   SUBCASE("missing draft param") {
     const std::string gone = "mtp.2.confidence_head.proj.weight";
     rewrite(s, kShard3, [&](auto& es) { std::erase_if(es, [&](const StEntry& x) { return x.name == gone; }); });
