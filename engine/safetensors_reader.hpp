@@ -2,7 +2,7 @@
 // header naming each tensor's dtype, shape and [begin, end) byte range, then the
 // data. The file is mapped read-only and the header validated completely on
 // open (lengths, dtypes' sizes, ranges inside the file, no two ranges sharing
-// bytes); tensor data points into the mapping.
+// bytes, no tensor named twice); tensor data points into the mapping.
 #pragma once
 #include <cstddef>
 #include <cstdint>
