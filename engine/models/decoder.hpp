@@ -19,6 +19,26 @@ struct DecoderOptions {
   // adjacent pairs, as GGUF llama files store Q and K permuted for. A Hugging
   // Face checkpoint says halves through kRopeNeoxKey whatever this is.
   bool rope_neox = false;
+
+  // The Gemma additions. The token embeddings scaled by sqrt(embedding_length)
+  // (the hidden state's float, as transformers does) before the first block.
+  bool embed_scale = false;
+  // blk.N.attn_post_norm.weight and ffn_post_norm.weight: an RMSNorm of the
+  // attention's and the feed-forward's output before each residual add.
+  bool post_norms = false;
+  // The feed-forward's gate through GELU (tanh approximation) rather than SiLU.
+  bool gelu = false;
+  // ARCH.attn_logit_softcapping and ARCH.final_logit_softcapping: the attention
+  // scores and the final logits soft-capped, cap * tanh(x / cap), the caps
+  // defaulting to these when the keys are absent (0: none).
+  float attn_softcap = 0, final_softcap = 0;
+  // Nonzero: ARCH.attention.sliding_window (then required) applies to the local
+  // layers only, layer l being local when l % swa_pattern < swa_pattern - 1
+  // (Gemma 2: 2, the even layers). 0: a window, where set, applies to every
+  // layer, and the context is capped at it.
+  int swa_pattern = 0;
+  // The attention scale when it is not 1 / sqrt(head_dim), from the config.
+  float (*attention_scale)(const ModelConfig&) = nullptr;
 };
 
 std::unique_ptr<Model> make_decoder(const GgufFile& file, kernels::Backend& backend, Precision precision,
