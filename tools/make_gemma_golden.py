@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Makes the Gemma 2 GGUF fixture and its golden from transformers.
+"""Makes the Gemma 2 and Gemma 3 GGUF fixtures and their goldens from transformers.
 
     tools/make_gemma_golden.py [--out-dir tests/golden] [--seed 0]
 
-A tiny Gemma2ForCausalLM with seeded random weights (tools/make_qwen_golden.py's
-model, writer and golden), written as OUT_DIR/gemma2-tiny.gguf the way
-llama.cpp's converter writes Gemma 2: F16 matrices, F32 norms holding
-transformers' 1 + w, tied embeddings, no Q/K permutation, the caps and the
-window as gemma2.* keys; and transformers' float32 answers (eager attention,
-the one that soft-caps) for make_hf_golden.py's prompts to OUT_DIR/gemma2_tiny.json.
+For each architecture, a tiny Gemma2ForCausalLM / Gemma3ForCausalLM with seeded
+random weights (tools/make_qwen_golden.py's model, writer and golden), written
+as OUT_DIR/ARCH-tiny.gguf the way llama.cpp's converter writes it: F16
+matrices, F32 norms holding transformers' 1 + w, tied embeddings, no Q/K
+permutation, the caps and the window as ARCH.* keys; and transformers' float32
+answers (eager attention, the one that soft-caps) for make_hf_golden.py's
+prompts to OUT_DIR/ARCH_tiny.json.
 
   gemma2: 16 wide, 2 layers (0 local, 1 global), 2 heads of 16 (wider than
           16 / 2) over 1 kv head, a 32-wide GELU feed-forward, a sliding window
@@ -17,6 +18,9 @@ the one that soft-caps) for make_hf_golden.py's prompts to OUT_DIR/gemma2_tiny.j
           query_pre_attn_scalar = head width (as llama.cpp assumes for every
           size but 27B), norm weights w such that 1 + w is around 1 (4 for
           the blocks' output norms)
+  gemma3: the same shape with 6 layers (0-4 local, 5 global), per-head q/k
+          RMSNorm, no soft-capping, RoPE base 10000 on the local layers and
+          1e6 with linear scaling by 2 on the global one
 
 No tokenizer (the file stays a few KB): a prompt's ids are its UTF-8 bytes, in
 a 256-token vocabulary. tests/unit/test_gemma.cpp compares inferd's CPU backend
@@ -24,6 +28,8 @@ against these. Needs torch, transformers, numpy and gguf (pip); the tests do not
 """
 import argparse
 import pathlib
+
+import gguf
 
 from make_qwen_golden import LAYER_NAMES, ROOT, seeded_model, write_golden, write_gguf
 
@@ -47,13 +53,23 @@ class ByteIds:
         return {"input_ids": list(text.encode())}
 
 
-def make_gemma2(out_dir: pathlib.Path, seed: int) -> None:
+# Gemma 2's shape without the caps, six layers, and RoPE by layer type.
+GEMMA3 = {k: v for k, v in GEMMA2.items() if "softcapping" not in k} | dict(
+    num_hidden_layers=6, rope_theta=None,
+    rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+del GEMMA3["rope_theta"]
+
+
+def make(arch: str, out_dir: pathlib.Path, seed: int) -> None:
     import torch
     import transformers
 
-    cfg = transformers.Gemma2Config(**GEMMA2)
+    config_class = {"gemma2": transformers.Gemma2Config, "gemma3": transformers.Gemma3TextConfig}[arch]
+    model_class = {"gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM}[arch]
+    cfg = config_class(**{"gemma2": GEMMA2, "gemma3": GEMMA3}[arch])
     cfg._attn_implementation = "eager"
-    model = seeded_model(transformers.Gemma2ForCausalLM, cfg, seed)
+    model = seeded_model(model_class, cfg, seed)
     # The draw's norm weights are around 1 and Gemma's norms multiply by 1 + w:
     # w = draw - 1, and 4 draw - 1 for the blocks' output norms so that, as in
     # the draw's 4x output projections, the blocks rather than the embedding's
@@ -67,12 +83,17 @@ def make_gemma2(out_dir: pathlib.Path, seed: int) -> None:
         w.add_key_length(cfg.head_dim)
         w.add_value_length(cfg.head_dim)
         w.add_sliding_window(cfg.sliding_window)
-        w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
-        w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+        if cfg.attn_logit_softcapping:
+            w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+            w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+        scaling = cfg.rope_parameters.get("full_attention", {}) if arch == "gemma3" else {}
+        if scaling.get("rope_type") == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(scaling["factor"])
 
-    path = out_dir / "gemma2-tiny.gguf"
-    write_gguf(path, "gemma2", cfg, model, layer_names=GEMMA_LAYER_NAMES, norm_shift=1.0, keys=keys)
-    write_golden(path, model, ByteIds(), out_dir / "gemma2_tiny.json")
+    path = out_dir / f"{arch}-tiny.gguf"
+    write_gguf(path, arch, cfg, model, layer_names=GEMMA_LAYER_NAMES, norm_shift=1.0, keys=keys)
+    write_golden(path, model, ByteIds(), out_dir / f"{arch}_tiny.json")
 
 
 def main():
@@ -80,7 +101,8 @@ def main():
     ap.add_argument("--out-dir", default=str(ROOT / "tests/golden"))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    make_gemma2(pathlib.Path(args.out_dir), args.seed)
+    for arch in ("gemma2", "gemma3"):
+        make(arch, pathlib.Path(args.out_dir), args.seed)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ tokens decoded (greedy_text).
          per-head q/k RMSNorm, attention.sliding_window 256 (the whole context);
          no tokenizer (1.8 MB less), for the model alone
 
-tests/unit/test_qwen.cpp compares inferd's CPU backend against these.
+tests/unit/test_qwen.cpp compares inferd's CPU backend against these;
+tools/make_gemma_golden.py makes its fixtures with this file's model, writer and golden.
 Needs torch, transformers, numpy and gguf (pip); the tests do not.
 """
 import argparse
@@ -97,7 +98,8 @@ def write_gguf(path: pathlib.Path, arch: str, cfg, model, fields=(), layer_names
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_freq_base(cfg.rope_theta if hasattr(cfg, "rope_theta") else cfg.rope_parameters["rope_theta"])
+    rope = getattr(cfg, "rope_parameters", None) or {"rope_theta": cfg.rope_theta}
+    w.add_rope_freq_base(rope.get("full_attention", rope)["rope_theta"])  # Gemma 3: its global layers'
     keys(w)
     for name, p in model.named_parameters():
         x = p.detach().numpy()

@@ -1,6 +1,7 @@
 // The shared decoder (engine/models/decoder.hpp): pre-norm blocks with
 // grouped-query attention, RoPE, RMSNorm and a SwiGLU feed-forward, with the
-// architectures' optional projection biases and per-head query/key norms.
+// architectures' optional projection biases, per-head query/key norms and
+// Gemma's additions (see DecoderOptions).
 // Under tensor parallelism (engine/models/tensor_parallel.hpp) a rank holds whole
 // kv-head groups (their query heads, K/V and the matching columns of the output
 // projection), a share of the feed-forward's hidden columns and a slice of the
@@ -39,6 +40,7 @@ struct DecoderLayer {
   WeightView w_gate, w_up, w_down;
   const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // when the architecture has them
   kernels::AttentionExtras attn;  // soft cap and sliding window, when it has them
+  kernels::RopeParams rope;       // the model's, or the local layers' own
 };
 
 class DecoderModel final : public Model {
@@ -88,7 +90,7 @@ class DecoderModel final : public Model {
         be_.rmsnorm(q, L.q_norm, q, T * H, hd, cfg_.norm_eps);
         be_.rmsnorm(k, L.k_norm, k, T * Hkv, hd, cfg_.norm_eps);
       }
-      be_.rope_kv_store(q, k, v, in.positions, T, H, cfg_.rope, kvl, in.attn);
+      be_.rope_kv_store(q, k, v, in.positions, T, H, L.rope, kvl, in.attn);
       be_.attention_extra(kvl, in.attn, T, reach, q, H, scale, L.attn, att);
       be_.matmul(L.wo, att, T, h);
       all_reduce(h, T * D);
@@ -368,6 +370,11 @@ class DecoderModel final : public Model {
       }
       const bool local = opts_.swa_pattern > 0 && l % opts_.swa_pattern < opts_.swa_pattern - 1;
       L.attn = {attn_softcap_, local ? window_ : 0};
+      L.rope = cfg_.rope;
+      if (local && opts_.local_rope_base > 0) {
+        L.rope.freq_base = opts_.local_rope_base;
+        L.rope.freq_scale = 1.0f;
+      }
       L.w_gate = view(w, f.tensor(p + "ffn_gate.weight", {D, F}), whole ? Part{} : ffn_rows);
       L.w_up = view(w, f.tensor(p + "ffn_up.weight", {D, F}), whole ? Part{} : ffn_rows);
       L.w_down = view(w, f.tensor(p + "ffn_down.weight", {F, D}), whole ? Part{} : down_cols);

@@ -1,7 +1,8 @@
 // The pre-norm decoder that the Llama family and its close relatives share:
 // grouped-query attention with RoPE, RMSNorm and a SwiGLU feed-forward. An
 // architecture is this decoder plus the few options below, read from its own
-// GGUF keys and tensors (engine/models/llama.cpp, qwen2.cpp, qwen3.cpp).
+// GGUF keys and tensors (engine/models/llama.cpp, qwen2.cpp, qwen3.cpp, gemma2.cpp,
+// gemma3.cpp).
 #pragma once
 #include <memory>
 
@@ -37,6 +38,9 @@ struct DecoderOptions {
   // (Gemma 2: 2, the even layers). 0: a window, where set, applies to every
   // layer, and the context is capped at it.
   int swa_pattern = 0;
+  // Nonzero: the local layers' RoPE base, their rotation unscaled (Gemma 3:
+  // 10000, as llama.cpp; the global layers take ARCH.rope.freq_base and scaling).
+  float local_rope_base = 0;
   // The attention scale when it is not 1 / sqrt(head_dim), from the config.
   float (*attention_scale)(const ModelConfig&) = nullptr;
 };

@@ -7,15 +7,19 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <memory>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
+#include "engine/gguf_reader.hpp"
 #include "engine/hf_checkpoint.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
+#include "tests/unit/test_paths.hpp"
 
 namespace test_golden {
 
@@ -102,6 +106,67 @@ inline double compare(Runner& r, const boost::json::object& c, const boost::json
     }
   }
   return worst;
+}
+
+// The architectures' fixtures (tools/make_qwen_golden.py, make_gemma_golden.py):
+// tests/golden/ARCH-tiny.gguf and its golden ARCH_tiny.json.
+inline std::string fixture(const std::string& arch) {
+  return test_paths::source_dir() + "/tests/golden/" + arch + "-tiny.gguf";
+}
+
+inline boost::json::object golden(const std::string& arch) {
+  return boost::json::parse(read_text(test_paths::source_dir() + "/tests/golden/" + arch + "_tiny.json")).as_object();
+}
+
+inline void check_golden(const std::string& arch, engine::Precision p, double tol) {
+  Runner r(fixture(arch), p);
+  const auto g = golden(arch);
+  REQUIRE(r.vocab == g.at("vocab").as_int64());
+  for (const auto& cv : g.at("cases").as_array()) {
+    const auto& c = cv.as_object();
+    CAPTURE(arch);
+    CAPTURE(c.at("prompt").as_string());
+    const double worst = compare(r, c, g.at("probes").as_array(), p == engine::Precision::Exact);
+    MESSAGE(arch << " " << std::string(p == engine::Precision::Exact ? "exact" : "fast") << ": max |logit diff| " << worst);
+    CHECK(worst < tol);
+    CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
+  }
+}
+
+// A little-endian u32 as the file holds it: a value, a type code or a length's low half.
+inline std::string u32(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
+
+// A copy of a fixture with the bytes of `from` (once) replaced by `to`, the same length.
+struct Patched {
+  std::filesystem::path path;
+  Patched(const std::string& arch, const std::string& from, const std::string& to) {
+    REQUIRE(from.size() == to.size());
+    std::string bytes = read_text(fixture(arch));
+    const auto at = bytes.find(from);
+    REQUIRE(at != std::string::npos);
+    bytes.replace(at, from.size(), to);
+    static int made = 0;  // several may exist at once
+    path = std::filesystem::temp_directory_path() /
+           ("inferd-" + arch + "-" + std::to_string(::getpid()) + "-" + std::to_string(++made) + ".gguf");
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+  ~Patched() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+// The load error of a model (a GGUF file or a checkpoint directory) on
+// `backend` (the CPU backend by default), or "(loaded)".
+inline std::string load_error(const std::string& path, kernels::Backend* backend = nullptr) {
+  const auto cpu = backend ? nullptr : kernels::make_cpu_backend(1);
+  try {
+    auto file = engine::open_model(path);
+    engine::load_model(*file, backend ? *backend : *cpu);
+  } catch (const engine::LoadError& e) {
+    return e.what();
+  }
+  return "(loaded)";
 }
 
 }  // namespace test_golden
