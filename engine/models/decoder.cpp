@@ -69,7 +69,8 @@ class DecoderModel final : public Model {
     float* att = att_.reserve(be_, T * H * hd);
     float* gate = gate_.reserve(be_, T * ffn_);
     float* up = up_.reserve(be_, T * ffn_);
-    const float scale = opts_.attention_scale ? opts_.attention_scale(cfg_) : 1.0f / std::sqrt(static_cast<float>(hd));
+    const int scale_width = cfg_.n_layers == opts_.width_scale_layers ? cfg_.dim / cfg_.n_heads : hd;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(scale_width));
     const int64_t reach = *std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1};
 
     be_.get_rows(tok_embd_, in.tokens, T, x);

@@ -41,8 +41,11 @@ struct DecoderOptions {
   // Nonzero: the local layers' RoPE base, their rotation unscaled (Gemma 3:
   // 10000, as llama.cpp; the global layers take ARCH.rope.freq_base and scaling).
   float local_rope_base = 0;
-  // The attention scale when it is not 1 / sqrt(head_dim), from the config.
-  float (*attention_scale)(const ModelConfig&) = nullptr;
+  // The attention scale is 1 / sqrt(head_dim), except in a model of this many
+  // layers, where it is 1 / sqrt(embedding_length / head_count): llama.cpp's
+  // rule for Gemma's 27B models (transformers' query_pre_attn_scalar, which
+  // the file does not carry). 0: always the former.
+  int width_scale_layers = 0;
 };
 
 std::unique_ptr<Model> make_decoder(const GgufFile& file, kernels::Backend& backend, Precision precision,

@@ -5,23 +5,11 @@
 // otherwise), a sliding window on the even layers (the odd ones attend to the
 // whole context), RoPE on the halves of each head and a head width of its own.
 // The RMSNorm weights are used as stored: llama.cpp's converter writes
-// transformers' (1 + w).
-#include <cmath>
-
+// transformers' (1 + w). The attention scale follows llama.cpp: the 27B model
+// (46 layers) by embedding_length / head_count, the others by the head width.
 #include "engine/models/decoder.hpp"
 
 namespace inferd::engine {
-namespace {
-
-// The scale is 1 / sqrt(query_pre_attn_scalar), which the file does not carry:
-// as llama.cpp, embedding_length / head_count for the 27B model (46 layers) and
-// the head width for the others.
-float gemma2_attention_scale(const ModelConfig& c) {
-  const int width = c.n_layers == 46 ? c.dim / c.n_heads : c.head_dim;
-  return 1.0f / std::sqrt(static_cast<float>(width));
-}
-
-}  // namespace
 
 std::unique_ptr<Model> make_gemma2(const GgufFile& file, kernels::Backend& backend, Precision precision,
                                    WeightLoader& weights, const TensorParallel& tp) {
@@ -33,7 +21,7 @@ std::unique_ptr<Model> make_gemma2(const GgufFile& file, kernels::Backend& backe
                        .attn_softcap = 50.0f,
                        .final_softcap = 30.0f,
                        .swa_pattern = 2,
-                       .attention_scale = gemma2_attention_scale});
+                       .width_scale_layers = 46});
 }
 
 }  // namespace inferd::engine

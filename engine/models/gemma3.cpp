@@ -4,22 +4,11 @@
 // global when l % 6 == 5) and the local layers' RoPE at base 10000, unscaled,
 // while the global ones take gemma3.rope.freq_base and its scaling. As for
 // Gemma 2, the norm weights are used as stored (1 + w, as llama.cpp's converter
-// writes them, the q/k norms' too).
-#include <cmath>
-
+// writes them, the q/k norms' too), and the 27B model (62 layers) scales
+// attention by embedding_length / head_count.
 #include "engine/models/decoder.hpp"
 
 namespace inferd::engine {
-namespace {
-
-// 1 / sqrt(query_pre_attn_scalar), which the file does not carry: as llama.cpp,
-// embedding_length / head_count for the 27B model (62 layers), else the head width.
-float gemma3_attention_scale(const ModelConfig& c) {
-  const int width = c.n_layers == 62 ? c.dim / c.n_heads : c.head_dim;
-  return 1.0f / std::sqrt(static_cast<float>(width));
-}
-
-}  // namespace
 
 std::unique_ptr<Model> make_gemma3(const GgufFile& file, kernels::Backend& backend, Precision precision,
                                    WeightLoader& weights, const TensorParallel& tp) {
@@ -31,7 +20,7 @@ std::unique_ptr<Model> make_gemma3(const GgufFile& file, kernels::Backend& backe
                        .gelu = true,
                        .swa_pattern = 6,
                        .local_rope_base = 10000.0f,
-                       .attention_scale = gemma3_attention_scale});
+                       .width_scale_layers = 62});
 }
 
 }  // namespace inferd::engine

@@ -745,15 +745,18 @@ inline __m512 silu_mul16(__m512 g, __m512 u) {
   return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+// out = op(gate, up) 16 lanes at a time, the tail masked.
+template <class Op>
+void gated16(const float* gate, const float* up, float* out, int64_t n, Op op) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, op(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
   if (i < n) {
     const __mmask16 m = first_lanes(n - i);
-    _mm512_mask_storeu_ps(out + i, m, silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+    _mm512_mask_storeu_ps(out + i, m, op(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
   }
 }
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) { gated16(gate, up, out, n, silu_mul16); }
 
 // g / (1 + exp(-k (g + 0.044715 g^3))) * u, the scalar kernel's steps.
 inline __m512 gelu_mul16(__m512 g, __m512 u) {
@@ -763,15 +766,7 @@ inline __m512 gelu_mul16(__m512 g, __m512 u) {
   return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
-void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, gelu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
-  if (i < n) {
-    const __mmask16 m = first_lanes(n - i);
-    _mm512_mask_storeu_ps(out + i, m, gelu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
-  }
-}
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) { gated16(gate, up, out, n, gelu_mul16); }
 
 void add(float* y, const float* x, int64_t n) {
   int64_t i = 0;

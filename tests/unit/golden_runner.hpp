@@ -169,4 +169,12 @@ inline std::string load_error(const std::string& path, kernels::Backend* backend
   return "(loaded)";
 }
 
+// That loading `path` on `backend` (the CPU backend by default) fails naming
+// the file and saying `why`.
+inline void check_refused(const std::string& path, const std::string& why, kernels::Backend* backend = nullptr) {
+  const std::string e = load_error(path, backend);
+  CHECK_MESSAGE(e.find(path) != std::string::npos, e);
+  CHECK_MESSAGE(e.find(why) != std::string::npos, e);
+}
+
 }  // namespace test_golden

@@ -105,20 +105,15 @@ TEST_CASE("Gemma 3: the sliding window and the global layers' RoPE scaling chang
 }
 
 TEST_CASE("Gemma 2 and 3: a file without its norms, its window or with a negative cap, or a backend without the ops, is refused") {
-  auto refused = [](const std::string& path, const std::string& why, kernels::Backend* be = nullptr) {
-    const std::string e = load_error(path, be);
-    CHECK_MESSAGE(e.find(path) != std::string::npos, e);
-    CHECK_MESSAGE(e.find(why) != std::string::npos, e);
-  };
   const Patched norm("gemma2", "blk.1.ffn_post_norm.weight", "blk.1.ffn_post_norX.weight");
-  refused(norm.path.string(), "'blk.1.ffn_post_norm.weight' not found");
+  check_refused(norm.path.string(), "'blk.1.ffn_post_norm.weight' not found");
   const Patched window("gemma2", "gemma2.attention.sliding_window", "gemma2.attention.sliding_windoX");
-  refused(window.path.string(), "missing gemma2.attention.sliding_window");
+  check_refused(window.path.string(), "missing gemma2.attention.sliding_window");
   const Patched cap("gemma2", kAttnCap + f32(2.0f), kAttnCap + f32(-2.0f));
-  refused(cap.path.string(), "invalid gemma2.attn_logit_softcapping");
+  check_refused(cap.path.string(), "invalid gemma2.attn_logit_softcapping");
   const Patched q_norm("gemma3", "blk.0.attn_q_norm.weight", "blk.0.attn_q_norX.weight");
-  refused(q_norm.path.string(), "'blk.0.attn_q_norm.weight' not found");
+  check_refused(q_norm.path.string(), "'blk.0.attn_q_norm.weight' not found");
   test_capture::CapturingBackend capturing;  // as a backend without the ops (CUDA today)
-  refused(fixture("gemma2"), "architecture 'gemma2' needs ops the capturing backend does not have", &capturing);
-  refused(fixture("gemma3"), "architecture 'gemma3' needs ops the capturing backend does not have", &capturing);
+  check_refused(fixture("gemma2"), "architecture 'gemma2' needs ops the capturing backend does not have", &capturing);
+  check_refused(fixture("gemma3"), "architecture 'gemma3' needs ops the capturing backend does not have", &capturing);
 }
