@@ -7,19 +7,16 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "engine/gguf_reader.hpp"
 #include "engine/hf_checkpoint.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
-#include "tests/unit/test_paths.hpp"
 
 namespace test_golden {
 
@@ -41,9 +38,10 @@ inline std::vector<int32_t> ints(const boost::json::value& v) {
 
 inline int argmax(const float* x, int n) { return int(std::max_element(x, x + n) - x); }
 
-// One model on the CPU backend; run() prefills a prompt with logits at every position.
+// One model (on the CPU backend unless given another); run() prefills a prompt
+// with logits at every position.
 struct Runner {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(1);
+  std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<engine::GgufFile> file;
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<engine::KvCache> kv;
@@ -52,7 +50,9 @@ struct Runner {
   int vocab = 0;
 
   // `path`: a GGUF file or a checkpoint directory.
-  explicit Runner(const std::string& path, engine::Precision p = engine::Precision::Exact) {
+  explicit Runner(const std::string& path, engine::Precision p = engine::Precision::Exact,
+                  std::unique_ptr<kernels::Backend> on = kernels::make_cpu_backend(1))
+      : backend(std::move(on)) {
     file = engine::open_model(path);
     model = engine::load_model(*file, *backend, p);
     const auto& mc = model->config();
@@ -108,53 +108,22 @@ inline double compare(Runner& r, const boost::json::object& c, const boost::json
   return worst;
 }
 
-// The architectures' fixtures (tools/make_qwen_golden.py, make_gemma_golden.py):
-// tests/golden/ARCH-tiny.gguf and its golden ARCH_tiny.json.
-inline std::string fixture(const std::string& arch) {
-  return test_paths::source_dir() + "/tests/golden/" + arch + "-tiny.gguf";
-}
+inline boost::json::object read_golden(const std::string& path) { return boost::json::parse(read_text(path)).as_object(); }
 
-inline boost::json::object golden(const std::string& arch) {
-  return boost::json::parse(read_text(test_paths::source_dir() + "/tests/golden/" + arch + "_tiny.json")).as_object();
-}
-
-inline void check_golden(const std::string& arch, engine::Precision p, double tol) {
-  Runner r(fixture(arch), p);
-  const auto g = golden(arch);
+// Every case of a golden file: logits within `tol` of transformers' (and, in
+// exact precision, the same argmax at every position) and the same 16 greedy tokens.
+inline void check_cases(Runner& r, const boost::json::object& g, bool exact, double tol, const std::string& label) {
   REQUIRE(r.vocab == g.at("vocab").as_int64());
   for (const auto& cv : g.at("cases").as_array()) {
     const auto& c = cv.as_object();
-    CAPTURE(arch);
+    CAPTURE(label);
     CAPTURE(c.at("prompt").as_string());
-    const double worst = compare(r, c, g.at("probes").as_array(), p == engine::Precision::Exact);
-    MESSAGE(arch << " " << std::string(p == engine::Precision::Exact ? "exact" : "fast") << ": max |logit diff| " << worst);
+    const double worst = compare(r, c, g.at("probes").as_array(), exact);
+    MESSAGE(label << ": max |logit diff| " << worst);
     CHECK(worst < tol);
     CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
   }
 }
-
-// A little-endian u32 as the file holds it: a value, a type code or a length's low half.
-inline std::string u32(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
-
-// A copy of a fixture with the bytes of `from` (once) replaced by `to`, the same length.
-struct Patched {
-  std::filesystem::path path;
-  Patched(const std::string& arch, const std::string& from, const std::string& to) {
-    REQUIRE(from.size() == to.size());
-    std::string bytes = read_text(fixture(arch));
-    const auto at = bytes.find(from);
-    REQUIRE(at != std::string::npos);
-    bytes.replace(at, from.size(), to);
-    static int made = 0;  // several may exist at once
-    path = std::filesystem::temp_directory_path() /
-           ("inferd-" + arch + "-" + std::to_string(::getpid()) + "-" + std::to_string(++made) + ".gguf");
-    std::ofstream(path, std::ios::binary) << bytes;
-  }
-  ~Patched() {
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
-  }
-};
 
 // The load error of a model (a GGUF file or a checkpoint directory) on
 // `backend` (the CPU backend by default), or "(loaded)".

@@ -18,7 +18,7 @@
 #include <boost/json.hpp>
 
 #include "tests/unit/capturing_backend.hpp"
-#include "tests/unit/golden_runner.hpp"
+#include "tests/unit/arch_fixtures.hpp"
 
 using namespace test_golden;
 

@@ -159,28 +159,12 @@ TEST_CASE("HF checkpoint: tokenizer.json and tokenizer_config.json give transfor
 
 TEST_CASE("HF checkpoint: exact precision matches transformers float32") {
   Runner r(fixture());
-  const auto g = golden();
-  for (const auto& cv : g.at("cases").as_array()) {
-    const auto& c = cv.as_object();
-    CAPTURE(c.at("prompt").as_string());
-    const double worst = compare(r, c, g.at("probes").as_array(), true);
-    MESSAGE("exact: max |logit diff| " << worst);
-    CHECK(worst < 1e-3);
-    CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
-  }
+  check_cases(r, golden(), true, 1e-3, "exact");
 }
 
 TEST_CASE("HF checkpoint: fast precision (BF16 weights as stored) stays close to transformers") {
   Runner r(fixture(), engine::Precision::Fast);
-  const auto g = golden();
-  for (const auto& cv : g.at("cases").as_array()) {
-    const auto& c = cv.as_object();
-    CAPTURE(c.at("prompt").as_string());
-    const double worst = compare(r, c, g.at("probes").as_array(), false);
-    MESSAGE("fast: max |logit diff| " << worst);
-    CHECK(worst < 5e-2);  // measured 1.3e-2 (F16 KV cache, the fast kernels)
-    CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
-  }
+  check_cases(r, golden(), false, 5e-2, "fast");  // measured 1.3e-2 (F16 KV cache, the fast kernels)
 }
 
 TEST_CASE("HF checkpoint: sharded, F32 and F16 copies load to the same logits") {

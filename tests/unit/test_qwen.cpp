@@ -15,10 +15,9 @@
 
 #include "engine/gguf_reader.hpp"
 #include "engine/tokenizer.hpp"
-#include "tests/unit/golden_runner.hpp"
+#include "tests/unit/arch_fixtures.hpp"
 
 using namespace test_golden;
-
 
 TEST_CASE("Qwen2: the qwen2.* keys configure the shared decoder, RoPE by halves, tied embeddings") {
   Runner r(fixture("qwen2"));
