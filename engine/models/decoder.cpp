@@ -129,6 +129,9 @@ class DecoderModel final : public Model {
       be_.download(logits, dev, n_logits * sizeof(float));
     }
     // On the host, where the logits are: R rows of the vocabulary, once per step.
+    // (A backend that captures steps lands its downloads only after forward
+    // returns; the Gemma models that cap logits need has_extra_ops(), which no
+    // such backend has today.)
     if (final_softcap_ > 0)
       for (size_t i = 0; i < n_logits; ++i) logits[i] = final_softcap_ * std::tanh(logits[i] / final_softcap_);
   }
