@@ -33,17 +33,27 @@ import gguf
 
 from make_qwen_golden import LAYER_NAMES, ROOT, seeded_model, write_golden, write_gguf
 
-# Gemma's four norms per layer, named as llama.cpp names them.
+# Gemma's four norms per layer, named as llama.cpp names them (gguf's
+# TensorNameMap for gemma2 and gemma3: post_attention_norm, ffn_norm, post_ffw_norm).
 GEMMA_LAYER_NAMES = dict(LAYER_NAMES) | {
-    "post_attention_layernorm.weight": "attn_post_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
-    "post_feedforward_layernorm.weight": "ffn_post_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
 }
 GEMMA2 = dict(vocab_size=256, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
               num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, max_position_embeddings=256,
               rope_theta=10000.0, rms_norm_eps=1e-6, sliding_window=8, attn_logit_softcapping=2.0,
               final_logit_softcapping=15.0, tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
               bos_token_id=2, eos_token_id=1, pad_token_id=0)
+
+
+def check_names(arch: str, n_layers: int) -> None:
+    """That the names above are gguf's own for the architecture (what llama.cpp's converter writes)."""
+    names = gguf.TensorNameMap(gguf.MODEL_ARCH[arch.upper()], n_layers)
+    for hf, ours in GEMMA_LAYER_NAMES.items():
+        theirs = names.get_name(f"model.layers.0.{hf.removesuffix('.weight')}")
+        if theirs and not hf.endswith(".bias") and f"{theirs}.weight" != f"blk.0.{ours}":
+            raise SystemExit(f"{arch}: {hf} is {theirs} in gguf, not blk.0.{ours}")
 
 
 class ByteIds:
@@ -91,6 +101,7 @@ def make(arch: str, out_dir: pathlib.Path, seed: int) -> None:
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
             w.add_rope_scaling_factor(scaling["factor"])
 
+    check_names(arch, cfg.num_hidden_layers)
     path = out_dir / f"{arch}-tiny.gguf"
     write_gguf(path, arch, cfg, model, layer_names=GEMMA_LAYER_NAMES, norm_shift=1.0, keys=keys)
     write_golden(path, model, ByteIds(), out_dir / f"{arch}_tiny.json")

@@ -369,8 +369,8 @@ class DecoderModel final : public Model {
       }
       L.ffn_norm = f32(f, w, p + "ffn_norm.weight", D);
       if (opts_.post_norms) {
-        L.attn_post_norm = f32(f, w, p + "attn_post_norm.weight", D);
-        L.ffn_post_norm = f32(f, w, p + "ffn_post_norm.weight", D);
+        L.attn_post_norm = f32(f, w, p + "post_attention_norm.weight", D);
+        L.ffn_post_norm = f32(f, w, p + "post_ffw_norm.weight", D);
       }
       const bool local = opts_.swa_pattern > 0 && l % opts_.swa_pattern < opts_.swa_pattern - 1;
       L.attn = {attn_softcap_, local ? window_ : 0};

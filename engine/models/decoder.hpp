@@ -24,7 +24,7 @@ struct DecoderOptions {
   // The Gemma additions. The token embeddings scaled by sqrt(embedding_length)
   // (the hidden state's float, as transformers does) before the first block.
   bool embed_scale = false;
-  // blk.N.attn_post_norm.weight and ffn_post_norm.weight: an RMSNorm of the
+  // blk.N.post_attention_norm.weight and post_ffw_norm.weight: an RMSNorm of the
   // attention's and the feed-forward's output before each residual add.
   bool post_norms = false;
   // The feed-forward's gate through GELU (tanh approximation) rather than SiLU.

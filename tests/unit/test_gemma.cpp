@@ -105,8 +105,8 @@ TEST_CASE("Gemma 3: the sliding window and the global layers' RoPE scaling chang
 }
 
 TEST_CASE("Gemma 2 and 3: a file without its norms, its window or with a negative cap, or a backend without the ops, is refused") {
-  const Patched norm("gemma2", "blk.1.ffn_post_norm.weight", "blk.1.ffn_post_norX.weight");
-  check_refused(norm.path.string(), "'blk.1.ffn_post_norm.weight' not found");
+  const Patched norm("gemma2", "blk.1.post_ffw_norm.weight", "blk.1.post_ffw_norX.weight");
+  check_refused(norm.path.string(), "'blk.1.post_ffw_norm.weight' not found");
   const Patched window("gemma2", "gemma2.attention.sliding_window", "gemma2.attention.sliding_windoX");
   check_refused(window.path.string(), "missing gemma2.attention.sliding_window");
   const Patched cap("gemma2", kAttnCap + f32(2.0f), kAttnCap + f32(-2.0f));
