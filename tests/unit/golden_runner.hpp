@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf_reader.hpp"
 #include "engine/hf_checkpoint.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
@@ -122,6 +123,27 @@ inline void check_cases(Runner& r, const boost::json::object& g, bool exact, dou
     CHECK(worst < tol);
     CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
   }
+}
+
+// The load error of a model (a GGUF file or a checkpoint directory) on
+// `backend` (the CPU backend by default), or "(loaded)".
+inline std::string load_error(const std::string& path, kernels::Backend* backend = nullptr) {
+  const auto cpu = backend ? nullptr : kernels::make_cpu_backend(1);
+  try {
+    auto file = engine::open_model(path);
+    engine::load_model(*file, backend ? *backend : *cpu);
+  } catch (const engine::LoadError& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+// That loading `path` on `backend` (the CPU backend by default) fails naming
+// the file and saying `why`.
+inline void check_refused(const std::string& path, const std::string& why, kernels::Backend* backend = nullptr) {
+  const std::string e = load_error(path, backend);
+  CHECK_MESSAGE(e.find(path) != std::string::npos, e);
+  CHECK_MESSAGE(e.find(why) != std::string::npos, e);
 }
 
 }  // namespace test_golden

@@ -75,15 +75,6 @@ StEntry widened(StEntry e, const std::string& to) {
 
 json::object golden() { return json::parse(read_text(test_paths::source_dir() + "/tests/golden/hf_tiny.json")).as_object(); }
 
-std::string load_error(const std::string& dir) {
-  try {
-    Runner r(dir);
-  } catch (const engine::LoadError& e) {
-    return e.what();
-  }
-  return "(loaded)";
-}
-
 }  // namespace
 
 TEST_CASE("HF checkpoint: config.json maps onto the Llama model") {
