@@ -10,11 +10,13 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "kernels/cancelled.hpp"
 #include "kernels/dtype.hpp"
+#include "kernels/scaled_weight.hpp"
 #include "kernels/shape_registry.hpp"
 
 namespace inferd::kernels {
@@ -131,6 +133,16 @@ class Backend {
   // may prepare x once for all of them. Registers each weight's matmul launch key.
   virtual void matmul_shared(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens) {
     for (const MatmulOut& o : outs) matmul(o.w, x, n_tokens, o.y);
+  }
+  // Weights with separate block scales (scaled_weight.hpp: FP8 block-scaled,
+  // MXFP4), read in place. y[t][r] = sum_c W[r][c] * x[t][c] like matmul, the
+  // activations used as they are (f32). An optional op: a backend without it
+  // says so in takes_scaled_format (checked at load) and throws if called.
+  virtual bool takes_scaled_format(ScaledFormat) const { return false; }
+  virtual void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y) {
+    (void)x, (void)n_tokens, (void)y;
+    throw std::logic_error("matmul_scaled: " + std::string(format_name(w.format)) +
+                           " weights are not implemented on the " + name() + " backend");
   }
   // y = x / rms(x) * weight, per row of n.
   virtual void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) = 0;

@@ -25,6 +25,10 @@ class ShapeTracer final : public Backend {
   void matmul(const WeightView& w, const float*, int64_t n_tokens, float*) override {
     record(launch_keys::matmul(w, n_tokens));
   }
+  bool takes_scaled_format(ScaledFormat) const override { return true; }
+  void matmul_scaled(const ScaledWeightView& w, const float*, int64_t n_tokens, float*) override {
+    record(launch_keys::matmul_scaled(w, n_tokens));
+  }
   void rmsnorm(const float*, const float*, float*, int64_t n_rows, int64_t n, float) override {
     record(launch_keys::rmsnorm(n_rows, n));
   }

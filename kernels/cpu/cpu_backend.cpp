@@ -84,6 +84,7 @@ const KernelTable* avx512_kernels() {
     fill(k.matmul_quant, a.matmul_quant);
     if (!k.matmul_float) k.matmul_float_scratch = a.matmul_float_scratch;
     fill(k.matmul_float, a.matmul_float);
+    fill(k.matmul_scaled, a.matmul_scaled);
     fill(k.rmsnorm_row, a.rmsnorm_row);
     fill(k.silu_mul, a.silu_mul);
     fill(k.add, a.add);
@@ -176,6 +177,23 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(n_tasks, [&](int64_t t, int) {
       const int64_t c = t % n_chunks;
       k_.matmul_quant(w, xq, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
+    });
+  }
+
+  bool takes_scaled_format(ScaledFormat) const override { return true; }
+
+  void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y) override {
+    LaunchScope scope(launch_keys::matmul_scaled(w, n_tokens));
+    check_view(w, "matmul_scaled");
+    if (n_tokens <= 0 || w.rows <= 0) return;
+    if (w.format == ScaledFormat::Mxfp4) {  // the activations in the nibbles' order, once for all rows
+      if (nibble_x_.size() < static_cast<size_t>(n_tokens * w.cols)) nibble_x_.resize(n_tokens * w.cols);
+      for (int64_t t = 0; t < n_tokens; ++t) cpu::to_nibble_order(x + t * w.cols, w.cols, nibble_x_.data() + t * w.cols);
+      x = nibble_x_.data();
+    }
+    const int64_t chunk = row_chunk(w.rows);
+    pool_.parallel_for((w.rows + chunk - 1) / chunk, [&](int64_t c, int) {
+      k_.matmul_scaled(w, x, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
     });
   }
 
@@ -405,6 +423,7 @@ class CpuBackend final : public Backend {
   std::vector<cpu::ActTile> act_;
   std::vector<float> part_, qbuf_, scores_;
   std::vector<float> float_scratch_;  // matmul_float's, per thread
+  std::vector<float> nibble_x_;       // matmul_scaled's MXFP4 activations
   std::vector<Tile> tiles_;
 };
 

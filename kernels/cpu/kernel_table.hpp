@@ -44,6 +44,18 @@ inline float act_correction(DType weight, float d, float dr, int sum) {
   }
 }
 
+// MXFP4 activations in the weights' nibble order, so that a kernel pairs each
+// block's 16 low nibbles (even elements) and 16 high nibbles (odd elements) with
+// contiguous activations: each block of 32 of x becomes its 16 even elements,
+// then its 16 odd ones. n % 32 == 0.
+inline void to_nibble_order(const float* x, int64_t n, float* out) {
+  for (int64_t b = 0; b < n; b += 32)
+    for (int j = 0; j < 16; ++j) {
+      out[b + j] = x[b + 2 * j];
+      out[b + 16 + j] = x[b + 2 * j + 1];
+    }
+}
+
 struct KernelTable {
   const char* isa;  // "scalar", "avx2", "avx512"
 
@@ -60,6 +72,11 @@ struct KernelTable {
   int64_t (*matmul_float_scratch)(const WeightView& w, int64_t n_tokens);
   void (*matmul_float)(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
                        int64_t r1, float* scratch);
+
+  // Scaled weights (scaled_weight.hpp), rows [r0, r1) for n_tokens tokens. An
+  // Mxfp4 x is in nibble order (see to_nibble_order); Fp8Block x as it is.
+  void (*matmul_scaled)(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
 
   void (*rmsnorm_row)(const float* x, const float* weight, float* y, int64_t n, float eps);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);

@@ -709,6 +709,99 @@ void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* 
   }
 }
 
+// ---- scaled-weight matmul (FP8 block-scaled, MXFP4) ----------------------------
+//
+// As kernels_avx2.cpp's, 16 lanes wide, tails through masks.
+
+inline float float_from_bits(uint32_t bits) {
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The first n of 16 e4m3fn bytes as floats / 256: the bits moved into a half's
+// place make a half worth exactly 2^-8 of the byte, subnormals included; NaN
+// (0x7f / 0xff) patched in by mask.
+inline __m512 e4m3x16(const uint8_t* p, __mmask16 m) {
+  const __m128i b = _mm_maskz_loadu_epi8(m, p);
+  const __m256i w = _mm256_cvtepu8_epi16(b);
+  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(-0x8000)),
+                                    _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3f80)));
+  const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f));
+  return _mm512_mask_mov_ps(_mm512_cvtph_ps(h), nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+
+template <int T>
+void fp8_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy) {
+  const auto* q = static_cast<const uint8_t*>(w.data) + r * w.cols;
+  const __m512 undo = _mm512_set1_ps(256.0f);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kFp8BlockSize) {
+    const int64_t c1 = c0 + kFp8BlockSize < w.cols ? c0 + kFp8BlockSize : w.cols;
+    __m512 part[T];
+    for (int t = 0; t < T; ++t) part[t] = _mm512_setzero_ps();
+    for (int64_t c = c0; c < c1; c += 16) {
+      const __mmask16 m = lanes_left(c1 - c);
+      const __m512 wv = e4m3x16(q + c, m);
+      for (int t = 0; t < T; ++t) part[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * w.cols + c), part[t]);
+    }
+    const __m512 sv = _mm512_set1_ps(scale_at(w, r, c0));
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(part[t], undo), sv, acc[t]);
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// MXFP4: a block's 16 bytes widened to 16 lanes index a 16-float E2M1 table
+// (vpermps reads the index's low 4 bits: the low nibble), then shifted by 4 for
+// the high nibbles; x in nibble order.
+template <int T>
+void mxfp4_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy) {
+  const int64_t nb = w.cols / kMxfp4BlockSize;
+  const auto* q = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
+  const auto* s = static_cast<const uint8_t*>(w.scales) + r * nb;
+  const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
+                                    -3.0f, -4.0f, -6.0f);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * b)));
+    const __m512 lo = _mm512_permutexvar_ps(codes, lut);
+    const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), lut);
+    const __m512 sv = _mm512_set1_ps(float_from_bits(e8m0_float_bits(s[b])));
+    for (int t = 0; t < T; ++t) {
+      const float* xb = x + t * w.cols + b * kMxfp4BlockSize;
+      const __m512 part = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xb)));
+      acc[t] = _mm512_fmadd_ps(part, sv, acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+
+template <int T>
+void scaled_rows(const ScaledWeightView& w, const float* x, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    if (w.format == ScaledFormat::Mxfp4)
+      mxfp4_row<T>(w, r, x, y + r, ldy);
+    else
+      fp8_row<T>(w, r, x, y + r, ldy);
+  }
+}
+
+void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                   int64_t r1) {
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kActTileTokens) {
+    const float* xt = x + t0 * w.cols;
+    float* yt = y + t0 * ldy;
+    switch (n_tokens - t0 < kActTileTokens ? n_tokens - t0 : kActTileTokens) {
+      case 1: scaled_rows<1>(w, xt, yt, ldy, r0, r1); break;
+      case 2: scaled_rows<2>(w, xt, yt, ldy, r0, r1); break;
+      case 3: scaled_rows<3>(w, xt, yt, ldy, r0, r1); break;
+      default: scaled_rows<4>(w, xt, yt, ldy, r0, r1); break;
+    }
+  }
+}
+
 // ---- elementwise ------------------------------------------------------------
 
 // Squares in float, summed in double, like the reference; tails through masks.
@@ -997,6 +1090,7 @@ const KernelTable kAvx512Kernels{
     .matmul_quant = matmul_quant,
     .matmul_float_scratch = matmul_float_scratch,
     .matmul_float = matmul_float,
+    .matmul_scaled = matmul_scaled,
     .rmsnorm_row = rmsnorm_row,
     .silu_mul = silu_mul,
     .add = add,
