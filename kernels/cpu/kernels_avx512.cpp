@@ -711,23 +711,20 @@ void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* 
 
 // ---- scaled-weight matmul (FP8 block-scaled, MXFP4) ----------------------------
 //
-// As kernels_avx2.cpp's, 16 lanes wide, tails through masks.
+// As kernels_avx2.cpp's, 16 lanes wide, the ragged FP8 block's tail through masks.
 
-inline float float_from_bits(uint32_t bits) {
-  float f;
-  __builtin_memcpy(&f, &bits, 4);
-  return f;
-}
-
-// The first n of 16 e4m3fn bytes as floats / 256: the bits moved into a half's
-// place make a half worth exactly 2^-8 of the byte, subnormals included; NaN
-// (0x7f / 0xff) patched in by mask.
+// The first n of 16 e4m3fn bytes as floats / 256: sign to bit 15, exponent and
+// mantissa to bits 13..7 make a half worth exactly 2^-8 of the byte, subnormals
+// included; NaN (0x7f / 0xff) patched in by mask. (Floats worth 2^-120 of it
+// would skip the half conversion, but products of such tiny floats are
+// subnormal, and take the CPU's slow path.)
 inline __m512 e4m3x16(const uint8_t* p, __mmask16 m) {
   const __m128i b = _mm_maskz_loadu_epi8(m, p);
   const __m256i w = _mm256_cvtepu8_epi16(b);
-  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(-0x8000)),
-                                    _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3f80)));
-  const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f));
+  // Bitwise select (imm 0xe4: c ? a : b): the sign from w << 8, the rest from (w << 9) >> 2.
+  const __m256i h = _mm256_ternarylogic_epi32(_mm256_slli_epi16(w, 8), _mm256_srli_epi16(_mm256_slli_epi16(w, 9), 2),
+                                              _mm256_set1_epi16(-0x8000), 0xe4);
+  const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8(static_cast<char>(0x80))), _mm_set1_epi8(-1));
   return _mm512_mask_mov_ps(_mm512_cvtph_ps(h), nan, _mm512_set1_ps(__builtin_nanf("")));
 }
 
@@ -741,8 +738,13 @@ void fp8_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int
     const int64_t c1 = c0 + kFp8BlockSize < w.cols ? c0 + kFp8BlockSize : w.cols;
     __m512 part[T];
     for (int t = 0; t < T; ++t) part[t] = _mm512_setzero_ps();
-    for (int64_t c = c0; c < c1; c += 16) {
-      const __mmask16 m = lanes_left(c1 - c);
+    int64_t c = c0;
+    for (; c + 16 <= c1; c += 16) {
+      const __m512 wv = e4m3x16(q + c, 0xffff);
+      for (int t = 0; t < T; ++t) part[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * w.cols + c), part[t]);
+    }
+    if (c < c1) {
+      const __mmask16 m = first_lanes(c1 - c);
       const __m512 wv = e4m3x16(q + c, m);
       for (int t = 0; t < T; ++t) part[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * w.cols + c), part[t]);
     }
@@ -752,30 +754,47 @@ void fp8_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int
   for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
 }
 
+// A row's E8M0 scales as floats, 16 at a time (n % 16 == 0 or the tail masked).
+inline void e8m0_row(const uint8_t* s, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes_left(n - i);
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, s + i));
+    __m512i bits = _mm512_slli_epi32(v, 23);
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7fc00000));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(bits));
+  }
+}
+
 // MXFP4: a block's 16 bytes widened to 16 lanes index a 16-float E2M1 table
 // (vpermps reads the index's low 4 bits: the low nibble), then shifted by 4 for
-// the high nibbles; x in nibble order.
+// the high nibbles; x in nibble order. Two blocks per step, in two accumulators.
 template <int T>
 void mxfp4_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy) {
   const int64_t nb = w.cols / kMxfp4BlockSize;
   const auto* q = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
-  const auto* s = static_cast<const uint8_t*>(w.scales) + r * nb;
+  constexpr int64_t kMaxBlocks = 512;  // rows up to 16384 in one pass of scales
+  float scale[kMaxBlocks];
   const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
                                     -3.0f, -4.0f, -6.0f);
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * b)));
-    const __m512 lo = _mm512_permutexvar_ps(codes, lut);
-    const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), lut);
-    const __m512 sv = _mm512_set1_ps(float_from_bits(e8m0_float_bits(s[b])));
-    for (int t = 0; t < T; ++t) {
-      const float* xb = x + t * w.cols + b * kMxfp4BlockSize;
-      const __m512 part = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xb)));
-      acc[t] = _mm512_fmadd_ps(part, sv, acc[t]);
+  __m512 acc[2][T];
+  for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  for (int64_t b0 = 0; b0 < nb; b0 += kMaxBlocks) {
+    const int64_t b1 = b0 + kMaxBlocks < nb ? b0 + kMaxBlocks : nb;
+    e8m0_row(static_cast<const uint8_t*>(w.scales) + r * nb + b0, b1 - b0, scale);
+    for (int64_t b = b0; b < b1; ++b) {
+      const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * b)));
+      const __m512 lo = _mm512_permutexvar_ps(codes, lut);
+      const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), lut);
+      const __m512 sv = _mm512_set1_ps(scale[b - b0]);
+      for (int t = 0; t < T; ++t) {
+        const float* xb = x + t * w.cols + b * kMxfp4BlockSize;
+        const __m512 part = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xb)));
+        acc[b & 1][t] = _mm512_fmadd_ps(part, sv, acc[b & 1][t]);
+      }
     }
   }
-  for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+  for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
 }
 
 template <int T>
