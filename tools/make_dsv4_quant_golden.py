@@ -14,8 +14,12 @@ Backend::matmul_scaled) are checked against.
   (one row); dequantized by torch and multiplied in float64 with 3 tokens of
   seeded inputs.
 
-Record format: a text line "name dtype dim..." (dtype u8, f32 or f64), then the
-array's raw little-endian bytes.
+- DeepSeek-V4's routed experts (moe_*): 6 MXFP4 experts [32, 64] / [64, 32],
+  top 3 of 4 tokens by score (with a bias that changes a selection) and by hash
+  (tid2eid), SwiGLU clamped at a limit that bites.
+
+Record format: a text line "name dtype dim..." (dtype u8, i32, i64, f32 or f64),
+then the array's raw little-endian bytes.
 
 Usage: tools/make_dsv4_quant_golden.py [out path]
 """
@@ -48,6 +52,63 @@ def mxfp4_dequant(w, scale):
     codes = torch.stack([w & 0xF, w >> 4], dim=-1).reshape(w.shape[0], -1).long()
     s = scale.view(torch.float8_e8m0fnu).float().repeat_interleave(32, 1)
     return table[codes] * s
+
+
+def moe_case(g, add):
+    """DeepSeek-V4's routed experts as its reference model.py runs them (Gate and
+    Expert), in float64: sqrtsoftplus scores, top-k of score + bias (the bias
+    selects only) or tid2eid by token id, weights normalized then scaled, SwiGLU
+    with the gate clamped above and the up clamped both ways, the routing weight
+    applied before w2."""
+    dim, inter, n_experts, top_k, vocab, tokens = 64, 32, 6, 3, 10, 4
+    route_scale = 1.5
+    w1 = torch.randint(0, 256, (n_experts, inter, dim // 2), generator=g, dtype=torch.uint8)
+    w3 = torch.randint(0, 256, (n_experts, inter, dim // 2), generator=g, dtype=torch.uint8)
+    w2 = torch.randint(0, 256, (n_experts, dim, inter // 2), generator=g, dtype=torch.uint8)
+    s1 = torch.randint(121, 126, (n_experts, inter, dim // 32), generator=g, dtype=torch.uint8)
+    s3 = torch.randint(121, 126, (n_experts, inter, dim // 32), generator=g, dtype=torch.uint8)
+    s2 = torch.randint(121, 126, (n_experts, dim, inter // 32), generator=g, dtype=torch.uint8)
+    x = torch.randn(tokens, dim, generator=g, dtype=torch.float32)
+    logits = 2 * torch.randn(tokens, n_experts, generator=g, dtype=torch.float32)
+    bias = 0.5 * torch.randn(n_experts, generator=g, dtype=torch.float32)
+    tid2eid = torch.stack([torch.randperm(n_experts, generator=g)[:top_k] for _ in range(vocab)]).long()
+    token_ids = torch.tensor([3, 9, 0, 3], dtype=torch.int32)
+
+    dq = lambda w, s: mxfp4_dequant(w, s).double()  # noqa: E731
+    W1 = [dq(w1[e], s1[e]) for e in range(n_experts)]
+    W3 = [dq(w3[e], s3[e]) for e in range(n_experts)]
+    W2 = [dq(w2[e], s2[e]) for e in range(n_experts)]
+    # The clamp must bite: the limit at the 70th percentile of |w1 x| and |w3 x|.
+    gu = torch.cat([(x.double() @ W1[e].T).abs().flatten() for e in range(n_experts)] +
+                   [(x.double() @ W3[e].T).abs().flatten() for e in range(n_experts)])
+    limit = float(torch.quantile(gu, 0.7).float())
+
+    scores = torch.nn.functional.softplus(logits.double()).sqrt()
+    by_score = (scores + bias.double()).topk(top_k, dim=-1)[1]
+    plain = scores.topk(top_k, dim=-1)[1]
+    assert not torch.equal(by_score, plain), "the bias should change a selection"
+
+    def experts(idx):
+        weights = scores.gather(1, idx)
+        weights = weights / weights.sum(dim=-1, keepdim=True) * route_scale
+        y = torch.zeros(tokens, dim, dtype=torch.float64)
+        for t in range(tokens):
+            for j in range(top_k):
+                e = int(idx[t, j])
+                gate = (x[t].double() @ W1[e].T).clamp(max=limit)
+                up = (x[t].double() @ W3[e].T).clamp(-limit, limit)
+                y[t] += (weights[t, j] * (torch.nn.functional.silu(gate) * up)) @ W2[e].T
+        return weights.float(), y.float()
+
+    for name, t in [("moe_w1", w1), ("moe_w3", w3), ("moe_w2", w2), ("moe_s1", s1), ("moe_s3", s3), ("moe_s2", s2),
+                    ("moe_x", x), ("moe_logits", logits), ("moe_bias", bias), ("moe_tid2eid", tid2eid),
+                    ("moe_token_ids", token_ids), ("moe_limit", torch.tensor([limit], dtype=torch.float32))]:
+        add(name, t)
+    for name, idx in [("score", by_score), ("hash", tid2eid[token_ids.long()])]:
+        weights, y = experts(idx)
+        add(f"moe_{name}_ids", idx.int())
+        add(f"moe_{name}_weights", weights)
+        add(f"moe_{name}_y", y)
 
 
 def main():
@@ -103,7 +164,9 @@ def main():
     add("mxfp4_y", (x.double() @ wd.double().T).float())
     add("mxfp4_rowsum", wd.double() @ torch.arange(1, inp + 1, dtype=torch.float64))
 
-    names = {torch.uint8: "u8", torch.float32: "f32", torch.float64: "f64"}
+    moe_case(g, add)
+
+    names = {torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64", torch.float32: "f32", torch.float64: "f64"}
     with open(OUT, "wb") as f:
         for name, t in records:
             f.write(f"{name} {names[t.dtype]} {' '.join(str(d) for d in t.shape)}\n".encode())

@@ -8,10 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <map>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,46 +17,14 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/launch_keys.hpp"
 #include "kernels/scaled_weight.hpp"
+#include "tests/unit/dsv4_golden.hpp"
 
 using namespace inferd::kernels;
+using dsv4_golden::all_cpu_backends;
+using dsv4_golden::Array;
+using dsv4_golden::array;
 
 namespace {
-
-// The fixture's arrays by name: a line "name dtype dim...", then the raw bytes.
-struct Array {
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-  template <class T>
-  const T* as() const { return reinterpret_cast<const T*>(bytes.data()); }
-  int64_t dim(size_t i) const { return shape.at(i); }
-};
-
-const std::map<std::string, Array>& golden() {
-  static const std::map<std::string, Array> arrays = [] {
-    const char* dir = std::getenv("INFERD_SOURCE_DIR");
-    const std::string path = std::string(dir ? dir : INFERD_TEST_SOURCE_DIR) + "/tests/golden/dsv4_quant.bin";
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    std::map<std::string, Array> out;
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string name, dtype;
-      fields >> name >> dtype;
-      Array a;
-      size_t n = dtype == "u8" ? 1 : dtype == "f32" ? 4 : 8;
-      for (int64_t d; fields >> d;) a.shape.push_back(d), n *= static_cast<size_t>(d);
-      a.bytes.resize(n);
-      if (!in.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(n)))
-        throw std::runtime_error(path + ": array " + name + " truncated");
-      out[name] = std::move(a);
-    }
-    return out;
-  }();
-  return arrays;
-}
-
-const Array& array(const std::string& name) { return golden().at(name); }
 
 bool same_value(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
@@ -82,20 +47,13 @@ ScaledWeightView mxfp4_view() {
           w.dim(1) * 2};
 }
 
-std::vector<std::unique_ptr<Backend>> all_backends(int threads) {
-  std::vector<std::unique_ptr<Backend>> out;
-  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
-    if (cpu_isa_available(isa)) out.push_back(make_cpu_backend(threads, isa));
-  return out;
-}
-
 // y of each backend, for the first n tokens of x, against `expect` within a
 // float32 dot product's error: 1e-5 of sum |W||x| per output (NaN where expected).
 void check_matmul(const ScaledWeightView& w, const float* x, const float* expect) {
   std::vector<float> wd(static_cast<size_t>(w.rows * w.cols));
   dequantize(w, wd.data());
   const int64_t tokens = 3;
-  for (auto& be : all_backends(2)) {
+  for (auto& be : all_cpu_backends(2)) {
     for (int64_t n = 1; n <= tokens; ++n) {
       std::vector<float> y(static_cast<size_t>(n * w.rows), -1.0f);
       be->matmul_scaled(w, x, n, y.data());
@@ -177,7 +135,7 @@ TEST_CASE("matmul_scaled: the SIMD tables match the scalar one on ragged shapes"
     for (float& v : x) v = nd(rng);
     std::vector<float> want(static_cast<size_t>(tokens * rows));
     scalar->matmul_scaled(w, x.data(), tokens, want.data());
-    for (auto& be : all_backends(2)) {
+    for (auto& be : all_cpu_backends(2)) {
       std::vector<float> y(want.size());
       be->matmul_scaled(w, x.data(), tokens, y.data());
       float worst = 0, scale = 0;
