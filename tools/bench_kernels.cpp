@@ -12,7 +12,7 @@
 // --cpu-time times the calling thread's CPU time instead of wall time and runs
 // one thread only: numbers that hold on a machine busy with other work.
 // --ops skips the matmul tables (attention and the per-op table only).
-// --scaled runs the scaled-weight table only.
+// --scaled runs the read bandwidth and the scaled-weight table only.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -231,15 +231,15 @@ int main(int argc, char** argv) {
 
   std::printf("bench_kernels: %.2f s per measurement (best call, %s time), working set %zu MB per shape\n",
               g_seconds, g_cpu_time ? "thread CPU" : "wall", kModelBytes >> 20);
-  if (scaled_only) {
-    bench_scaled(thread_counts, kModelBytes);
-    return 0;
-  }
   for (int threads : thread_counts) {
     if (ops_only) break;
     ThreadPool pool(threads);
     std::printf("\nthreads=%d  read bandwidth: %.1f GB/s (96 MB buffer), %.1f GB/s (1 GB buffer)\n", threads,
                 read_bandwidth(pool, kModelBytes), read_bandwidth(pool, size_t(1) << 30));
+  }
+  if (scaled_only) {
+    bench_scaled(thread_counts, kModelBytes);
+    return 0;
   }
   for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Scalar}) {
     if (!cpu_isa_available(isa) || ops_only) continue;

@@ -56,6 +56,24 @@ inline void to_nibble_order(const float* x, int64_t n, float* out) {
     }
 }
 
+// The SIMD tables' matmul_scaled: rows [r0, r1) in tiles of up to
+// kActTileTokens tokens, each row's weights decoded once per tile by the row
+// kernel of its format for the tile's T tokens (fp8[T - 1] or mxfp4[T - 1]: y at
+// the row's output of the tile's first token). Static: each SIMD file's copy
+// stays with its instruction set.
+using ScaledRowFn = void (*)(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy);
+struct ScaledRowKernels {
+  ScaledRowFn fp8[kActTileTokens], mxfp4[kActTileTokens];
+};
+static inline void scaled_token_tiles(const ScaledRowKernels& k, const ScaledWeightView& w, const float* x,
+                                      int64_t n_tokens, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  const ScaledRowFn* by_tokens = w.format == ScaledFormat::Mxfp4 ? k.mxfp4 : k.fp8;
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kActTileTokens) {
+    const ScaledRowFn row = by_tokens[(n_tokens - t0 < kActTileTokens ? n_tokens - t0 : kActTileTokens) - 1];
+    for (int64_t r = r0; r < r1; ++r) row(w, r, x + t0 * w.cols, y + t0 * ldy + r, ldy);
+  }
+}
+
 struct KernelTable {
   const char* isa;  // "scalar", "avx2", "avx512"
 

@@ -797,28 +797,11 @@ void mxfp4_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, i
   for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
 }
 
-template <int T>
-void scaled_rows(const ScaledWeightView& w, const float* x, float* y, int64_t ldy, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    if (w.format == ScaledFormat::Mxfp4)
-      mxfp4_row<T>(w, r, x, y + r, ldy);
-    else
-      fp8_row<T>(w, r, x, y + r, ldy);
-  }
-}
-
 void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
                    int64_t r1) {
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += kActTileTokens) {
-    const float* xt = x + t0 * w.cols;
-    float* yt = y + t0 * ldy;
-    switch (n_tokens - t0 < kActTileTokens ? n_tokens - t0 : kActTileTokens) {
-      case 1: scaled_rows<1>(w, xt, yt, ldy, r0, r1); break;
-      case 2: scaled_rows<2>(w, xt, yt, ldy, r0, r1); break;
-      case 3: scaled_rows<3>(w, xt, yt, ldy, r0, r1); break;
-      default: scaled_rows<4>(w, xt, yt, ldy, r0, r1); break;
-    }
-  }
+  static constexpr ScaledRowKernels k{{fp8_row<1>, fp8_row<2>, fp8_row<3>, fp8_row<4>},
+                                      {mxfp4_row<1>, mxfp4_row<2>, mxfp4_row<3>, mxfp4_row<4>}};
+  scaled_token_tiles(k, w, x, n_tokens, y, ldy, r0, r1);
 }
 
 // ---- elementwise ------------------------------------------------------------
