@@ -149,8 +149,8 @@ class Backend {
   // matmul_scaled (a backend has both or neither). moe_route: router logits
   // [n_tokens][r.n_experts] -> expert ids and weights [n_tokens][r.top_k];
   // token_ids for hash routing only. moe_experts: y[t] = the weighted sum of
-  // token t's experts on x[t] (x: [n_tokens][dim], y the same), SwiGLU clamped by
-  // swiglu_limit (<= 0: none).
+  // token t's experts on x[t] (x: [n_tokens][dim], y the same, not overlapping
+  // x), SwiGLU clamped by swiglu_limit (<= 0: none).
   virtual void moe_route(const MoeRouting& r, const float* logits, int64_t n_tokens, const int32_t* token_ids,
                          int32_t* ids, float* weights) {
     (void)r, (void)logits, (void)n_tokens, (void)token_ids, (void)ids, (void)weights;
