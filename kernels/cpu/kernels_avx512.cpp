@@ -715,17 +715,29 @@ void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* 
 
 // The first n of 16 e4m3fn bytes as floats / 256: sign to bit 15, exponent and
 // mantissa to bits 13..7 make a half worth exactly 2^-8 of the byte, subnormals
-// included; NaN (0x7f / 0xff) patched in by mask. (Floats worth 2^-120 of it
-// would skip the half conversion, but products of such tiny floats are
-// subnormal, and take the CPU's slow path.)
-inline __m512 e4m3x16(const uint8_t* p, __mmask16 m) {
+// included; NaN (0x7f / 0xff) patched in by mask where the block may hold one.
+// (Floats worth 2^-120 of it would skip the half conversion, but products of
+// such tiny floats are subnormal, and take the CPU's slow path.)
+inline __m512 e4m3x16(const uint8_t* p, __mmask16 m, bool may_be_nan) {
   const __m128i b = _mm_maskz_loadu_epi8(m, p);
   const __m256i w = _mm256_cvtepu8_epi16(b);
   // Bitwise select (imm 0xe4: c ? a : b): the sign from w << 8, the rest from (w << 9) >> 2.
   const __m256i h = _mm256_ternarylogic_epi32(_mm256_slli_epi16(w, 8), _mm256_srli_epi16(_mm256_slli_epi16(w, 9), 2),
                                               _mm256_set1_epi16(-0x8000), 0xe4);
+  const __m512 v = _mm512_cvtph_ps(h);
+  if (!may_be_nan) return v;
   const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8(static_cast<char>(0x80))), _mm_set1_epi8(-1));
-  return _mm512_mask_mov_ps(_mm512_cvtph_ps(h), nan, _mm512_set1_ps(__builtin_nanf("")));
+  return _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+
+// Whether any of the n (<= 128) e4m3fn bytes at p is NaN: one test per block
+// instead of one per 16 bytes.
+inline bool any_e4m3_nan(const uint8_t* p, int64_t n) {
+  const auto lanes = [](int64_t k) { return k >= 64 ? ~__mmask64(0) : k <= 0 ? __mmask64(0) : (__mmask64(1) << k) - 1; };
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80)), ones = _mm512_set1_epi8(-1);
+  const __mmask64 lo = _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_maskz_loadu_epi8(lanes(n), p), sign), ones);
+  const __mmask64 hi = _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_maskz_loadu_epi8(lanes(n - 64), p + 64), sign), ones);
+  return (lo | hi) != 0;
 }
 
 template <int T>
@@ -738,14 +750,15 @@ void fp8_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int
     const int64_t c1 = c0 + kFp8BlockSize < w.cols ? c0 + kFp8BlockSize : w.cols;
     __m512 part[T];
     for (int t = 0; t < T; ++t) part[t] = _mm512_setzero_ps();
+    const bool nan = any_e4m3_nan(q + c0, c1 - c0);
     int64_t c = c0;
     for (; c + 16 <= c1; c += 16) {
-      const __m512 wv = e4m3x16(q + c, 0xffff);
+      const __m512 wv = e4m3x16(q + c, 0xffff, nan);
       for (int t = 0; t < T; ++t) part[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * w.cols + c), part[t]);
     }
     if (c < c1) {
       const __mmask16 m = first_lanes(c1 - c);
-      const __m512 wv = e4m3x16(q + c, m);
+      const __m512 wv = e4m3x16(q + c, m, nan);
       for (int t = 0; t < T; ++t) part[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * w.cols + c), part[t]);
     }
     const __m512 sv = _mm512_set1_ps(scale_at(w, r, c0));
