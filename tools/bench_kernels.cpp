@@ -95,6 +95,17 @@ double read_bandwidth(ThreadPool& pool, size_t bytes) {
   return static_cast<double>(per * parts * 8) / s / 1e9;
 }
 
+// Fastest call of run(view, n_tokens) with the views in turn: weights read from
+// memory, the way a decode step over the whole model reads them.
+template <class View, class Run>
+double time_cycling(const std::vector<View>& views, int64_t n_tokens, Run run) {
+  size_t next = 0;
+  return time_per_call([&] {
+    run(views[next], n_tokens);
+    next = (next + 1) % views.size();
+  });
+}
+
 struct Shape {
   const char* what;
   DType type;
@@ -184,19 +195,13 @@ void bench_scaled(const std::vector<int>& thread_counts, size_t working_set) {
         std::mt19937 rng(2);
         std::uniform_real_distribution<float> dist(-1, 1);
         for (auto& v : x) v = dist(rng);
-        size_t next = 0;
+        const auto run = [&](const ScaledWeightView& w, int64_t n) { be->matmul_scaled(w, x.data(), n, y.data()); };
         const double saved = g_seconds;
         if (isa == CpuIsa::Scalar) g_seconds = 0;  // the slow scalar path: a few calls are enough
-        const double mv = time_per_call([&] {
-          be->matmul_scaled(ws.views[next], x.data(), 1, y.data());
-          next = (next + 1) % ws.views.size();
-        });
+        const double mv = time_cycling(ws.views, 1, run);
         // The same matrix again and again: from cache where it fits, so compute-bound.
-        const double hot = time_per_call([&] { be->matmul_scaled(ws.views[0], x.data(), 1, y.data()); });
-        const double m8 = time_per_call([&] {
-          be->matmul_scaled(ws.views[next], x.data(), 8, y.data());
-          next = (next + 1) % ws.views.size();
-        });
+        const double hot = time_per_call([&] { run(ws.views[0], 1); });
+        const double m8 = time_cycling(ws.views, 8, run);
         g_seconds = saved;
         const double gb = static_cast<double>(ws.matrix_bytes) / 1e9;
         std::printf("  %-13s %-9s %6lld x %-5lld %10.1f %8.1f %9.1f %14.1f\n", s.what, format_name(s.format),
@@ -257,20 +262,14 @@ int main(int argc, char** argv) {
         std::mt19937 rng(2);
         std::uniform_real_distribution<float> dist(-1, 1);
         for (auto& v : x) v = dist(rng);
-        size_t next = 0;
-        const double mv = time_per_call([&] {
-          be->matmul(ws.views[next], x.data(), 1, y.data());
-          next = (next + 1) % ws.views.size();
-        });
+        const auto run = [&](const WeightView& w, int64_t n) { be->matmul(w, x.data(), n, y.data()); };
+        const double mv = time_cycling(ws.views, 1, run);
         // The same matrix again and again: from cache where it fits, so compute-bound.
-        const double hot = time_per_call([&] { be->matmul(ws.views[0], x.data(), 1, y.data()); });
+        const double hot = time_per_call([&] { run(ws.views[0], 1); });
         const double saved = g_seconds;
         if (isa == CpuIsa::Scalar) g_seconds = 0;  // the slow scalar path: a few calls are enough
         // 8 tokens: a batched decode step (weights from memory, as in decode).
-        const double m8 = time_per_call([&] {
-          be->matmul(ws.views[next], x.data(), 8, y.data());
-          next = (next + 1) % ws.views.size();
-        });
+        const double m8 = time_cycling(ws.views, 8, run);
         const double mm = time_per_call([&] { be->matmul(ws.views[0], x.data(), 128, y.data()); });
         g_seconds = saved;
         const double gb = static_cast<double>(ws.matrix_bytes) / 1e9;
