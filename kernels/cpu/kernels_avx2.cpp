@@ -624,7 +624,6 @@ void mxfp4_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, i
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(q + 16 * b + 512), _MM_HINT_T0);
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * b));
     const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, low4));
     const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
