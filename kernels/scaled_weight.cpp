@@ -47,7 +47,8 @@ size_t scale_bytes(const ScaledWeightView& w) {
 void check_view(const ScaledWeightView& w, const char* op) {
   const std::string what = std::string(op) + " (" + format_name(w.format) + " weight): ";
   if (w.rows < 0 || w.cols < 0)
-    throw std::invalid_argument(what + "negative shape [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) + "]");
+    throw std::invalid_argument(what + "negative shape [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                                "]");
   if (w.format == ScaledFormat::Mxfp4 && w.cols % kMxfp4BlockSize != 0)
     throw std::invalid_argument(what + "cols " + std::to_string(w.cols) + " is not a multiple of 32");
   if (w.format == ScaledFormat::Mxfp4 && w.scale_type != ScaleType::E8M0)

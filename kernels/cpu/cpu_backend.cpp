@@ -434,7 +434,8 @@ class CpuBackend final : public Backend {
     if (n_tokens <= 0 || w.rows <= 0) return;
     if (w.format == ScaledFormat::Mxfp4) {  // the activations in the nibbles' order, once for all rows
       if (nibble_x_.size() < static_cast<size_t>(n_tokens * w.cols)) nibble_x_.resize(n_tokens * w.cols);
-      for (int64_t t = 0; t < n_tokens; ++t) cpu::to_nibble_order(x + t * w.cols, w.cols, nibble_x_.data() + t * w.cols);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        cpu::to_nibble_order(x + t * w.cols, w.cols, nibble_x_.data() + t * w.cols);
       x = nibble_x_.data();
     }
     const int64_t chunk = row_chunk(w.rows);

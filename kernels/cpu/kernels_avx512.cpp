@@ -733,10 +733,13 @@ inline __m512 e4m3x16(const uint8_t* p, __mmask16 m, bool may_be_nan) {
 // Whether any of the n (<= 128) e4m3fn bytes at p is NaN: one test per block
 // instead of one per 16 bytes.
 inline bool any_e4m3_nan(const uint8_t* p, int64_t n) {
-  const auto lanes = [](int64_t k) { return k >= 64 ? ~__mmask64(0) : k <= 0 ? __mmask64(0) : (__mmask64(1) << k) - 1; };
+  const auto lanes = [](int64_t k) {
+    return k >= 64 ? ~__mmask64(0) : k <= 0 ? __mmask64(0) : (__mmask64(1) << k) - 1;
+  };
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80)), ones = _mm512_set1_epi8(-1);
   const __mmask64 lo = _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_maskz_loadu_epi8(lanes(n), p), sign), ones);
-  const __mmask64 hi = _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_maskz_loadu_epi8(lanes(n - 64), p + 64), sign), ones);
+  const __mmask64 hi =
+      _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_maskz_loadu_epi8(lanes(n - 64), p + 64), sign), ones);
   return (lo | hi) != 0;
 }
 
@@ -773,8 +776,9 @@ inline void e8m0_row(const uint8_t* s, int64_t n, float* out) {
     const __mmask16 m = lanes_left(n - i);
     const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, s + i));
     __m512i bits = _mm512_slli_epi32(v, 23);
-    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
-    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7fc00000));
+    const __m512i tiny = _mm512_set1_epi32(0x00400000), nan = _mm512_set1_epi32(0x7fc00000);  // 2^-127, NaN
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()), tiny);
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)), nan);
     _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(bits));
   }
 }

@@ -65,8 +65,8 @@ void check_matmul(const ScaledWeightView& w, const float* x, const float* expect
           const float got = y[t * w.rows + r], want = expect[t * w.rows + r];
           const bool ok = std::isnan(want) ? std::isnan(got) : std::fabs(double(got) - want) <= 1e-5 * mag + 1e-37;
           if (!ok && ++bad <= 3)
-            FAIL_CHECK(be->name() << " " << std::string(format_name(w.format)) << " tokens " << n << " y[" << t << "][" << r
-                                  << "] = " << got << ", torch " << want);
+            FAIL_CHECK(be->name() << " " << std::string(format_name(w.format)) << " tokens " << n << " y[" << t << "]["
+                                  << r << "] = " << got << ", torch " << want);
         }
       CHECK_MESSAGE(bad == 0, be->name(), " ", format_name(w.format), " tokens ", n, ": ", bad, " outputs off");
     }
