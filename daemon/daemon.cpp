@@ -270,6 +270,7 @@ void Daemon::start_up() {
     }
     served_model_.set_integrity(verify_model_integrity(
         config_, [this](const std::string& s) { lifecycle_.set_activity(s); }, [this] { return stopping(); }));
+    gate_model_structure(config_, [this](const std::string& s) { lifecycle_.set_activity(s); });
     if (load_) load_(*this);
     if (!served_model_.get()) {
       served_model_.set({.id = config_.model_name(),

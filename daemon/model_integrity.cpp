@@ -1,11 +1,14 @@
 #include "daemon/model_integrity.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
+#include "engine/checkpoint_gate.hpp"
 #include "engine/model_manifest.hpp"
 
 namespace inferd::daemon {
@@ -48,6 +51,29 @@ ModelIntegrity verify_model_integrity(const Config& cfg, const std::function<voi
   spdlog::info("checkpoint integrity: {} {} ({:.1f} MiB) match {} ({:.2f} s, {} at once)", r.files,
                r.files == 1 ? "file" : "files", r.bytes / 1048576.0, manifest, r.seconds, r.threads);
   return {.status = "verified", .manifest = manifest, .files = r.files, .bytes = r.bytes, .seconds = r.seconds};
+}
+
+void gate_model_structure(const Config& cfg, const std::function<void(const std::string&)>& activity) {
+  const std::string& model = cfg.model.path;
+  const std::string type = engine::checkpoint_model_type(model);
+  if (!engine::gate_knows(type)) return;
+  spdlog::info("checkpoint gate: checking {} ({}) against its config.json", model, type);
+  activity("checkpoint gate: reading shards");
+  const auto r = engine::check_checkpoint(model, [&](const std::string& line) {
+    spdlog::info("checkpoint gate: {}", line);
+    activity("checkpoint gate: " + line);
+  });
+  if (!r.passed()) {
+    constexpr size_t kShown = 20;  // a config/weights mismatch can name every expert
+    for (size_t i = 0; i < std::min(r.problems.size(), kShown); ++i) spdlog::error("checkpoint gate: {}", r.problems[i]);
+    const size_t n = r.problems.size();
+    if (n > kShown) spdlog::error("checkpoint gate: ... and {} more problems", n - kShown);
+    throw std::runtime_error(fmt::format("checkpoint gate: {}{}", r.problems.front(),
+                                         n > 1 ? fmt::format(" (and {} more problems, see the log)", n - 1) : ""));
+  }
+  throw std::runtime_error(fmt::format("checkpoint gate passed ({}), but the {} forward pass is not implemented yet: "
+                                       "inferd cannot serve {}",
+                                       fmt::join(r.lines, "; "), type, model));
 }
 
 }  // namespace inferd::daemon

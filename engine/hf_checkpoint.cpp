@@ -11,84 +11,15 @@
 #include <set>
 #include <sstream>
 
+#include "engine/json_file.hpp"
 #include "engine/pretokenizer.hpp"
-#include "engine/safetensors_reader.hpp"
+#include "engine/safetensors_checkpoint.hpp"
 #include "kernels/quantize.hpp"
 
 namespace inferd::engine {
 namespace {
 
 namespace json = boost::json;
-
-// ---- JSON files ----------------------------------------------------------------
-
-// One parsed JSON file; errors name it and the key.
-struct JsonFile {
-  std::string path;
-  json::value root;
-
-  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
-    throw LoadError(path, 0, key.empty() ? message : "key '" + key + "': " + message);
-  }
-  const json::object& object() const {
-    if (!root.is_object()) fail("", "not a JSON object");
-    return root.as_object();
-  }
-  const json::value* find(const std::string& key) const {
-    const json::value* v = object().if_contains(key);
-    return v && !v->is_null() ? v : nullptr;
-  }
-  std::optional<int64_t> get_int(const std::string& key) const {
-    const json::value* v = find(key);
-    if (!v) return std::nullopt;
-    if (v->is_int64()) return v->as_int64();
-    if (v->is_uint64() && v->as_uint64() <= uint64_t(INT64_MAX)) return static_cast<int64_t>(v->as_uint64());
-    fail(key, "not an integer");
-  }
-  int64_t need_int(const std::string& key, int64_t min = 1) const {
-    auto v = get_int(key);
-    if (!v) fail(key, "missing");
-    if (*v < min || *v > INT32_MAX) fail(key, std::to_string(*v) + " is out of range");
-    return *v;
-  }
-  std::optional<double> get_float(const std::string& key) const {
-    const json::value* v = find(key);
-    if (!v) return std::nullopt;
-    if (v->is_double()) return v->as_double();
-    if (v->is_int64()) return static_cast<double>(v->as_int64());
-    if (v->is_uint64()) return static_cast<double>(v->as_uint64());
-    fail(key, "not a number");
-  }
-  std::optional<bool> get_bool(const std::string& key) const {
-    const json::value* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_bool()) fail(key, "not true or false");
-    return v->as_bool();
-  }
-  std::optional<std::string> get_string(const std::string& key) const {
-    const json::value* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_string()) fail(key, "not a string");
-    return std::string(v->as_string());
-  }
-};
-
-std::optional<JsonFile> read_json(const std::string& path, bool required) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!required) return std::nullopt;
-    throw LoadError(path, 0, std::string("cannot open: ") + std::strerror(errno));
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
-  json::stream_parser p;
-  boost::system::error_code ec;
-  const size_t used = p.write_some(text.data(), text.size(), ec);
-  if (!ec) p.finish(ec);
-  if (ec) throw LoadError(path, used, "not valid JSON: " + ec.message());
-  return JsonFile{path, p.release()};
-}
 
 // ---- a metadata-only GGUF image ---------------------------------------------------
 
@@ -274,45 +205,12 @@ struct Weights {
   std::vector<std::shared_ptr<const void>> keep;
 };
 
-// The shard files, each with the tensors the index assigns it (all of them when unsharded).
-std::vector<std::string> shard_files(const std::string& dir, std::map<std::string, std::string>& assigned) {
-  const std::string index_path = dir + "/model.safetensors.index.json";
-  auto index = read_json(index_path, false);
-  if (!index) {
-    if (!std::filesystem::exists(dir + "/model.safetensors"))
-      throw LoadError(dir, 0, "neither model.safetensors nor model.safetensors.index.json is here");
-    return {"model.safetensors"};
-  }
-  const json::value* map = index->find("weight_map");
-  if (!map || !map->is_object()) index->fail("weight_map", "missing or not an object");
-  std::set<std::string> files;
-  for (const auto& [tensor, file] : map->as_object()) {
-    if (!file.is_string()) index->fail("weight_map." + std::string(tensor), "not a file name");
-    const std::string f(file.as_string());
-    if (f.empty() || f.find('/') != std::string::npos || f.starts_with("."))
-      index->fail("weight_map." + std::string(tensor), "'" + f + "' is not a file in this directory");
-    assigned[std::string(tensor)] = f;
-    files.insert(f);
-  }
-  if (files.empty()) index->fail("weight_map", "empty");
-  return {files.begin(), files.end()};
-}
-
 Weights read_weights(const std::string& dir, bool tied) {
   Weights w;
-  std::map<std::string, std::string> assigned;
-  const auto files = shard_files(dir, assigned);
-  std::set<std::string> seen;
-  for (const auto& name : files) {
-    auto st = SafetensorsFile::open(dir + "/" + name);
+  const auto checkpoint = SafetensorsCheckpoint::open(dir);
+  for (const auto& st : checkpoint.files()) {
     for (const auto& t : st->tensors()) {
       auto fail = [&](const std::string& msg) { throw LoadError(st->path(), t.offset, "tensor '" + t.name + "': " + msg); };
-      if (!assigned.empty()) {
-        const auto it = assigned.find(t.name);
-        if (it == assigned.end() || it->second != name)
-          fail("is not listed for this file in model.safetensors.index.json");
-      }
-      if (!seen.insert(t.name).second) fail("appears in more than one shard");
       const auto gguf = gguf_name(t.name);
       if (!gguf) fail("not a LlamaForCausalLM weight (unsupported architecture variant?)");
       if (gguf->empty() || (tied && *gguf == "output.weight")) continue;  // unused
@@ -346,11 +244,7 @@ Weights read_weights(const std::string& dir, bool tied) {
     }
     w.keep.push_back(st);
   }
-  for (const auto& [tensor, file] : assigned)
-    if (!seen.contains(tensor))
-      throw LoadError(dir + "/model.safetensors.index.json", 0,
-                      "key 'weight_map." + tensor + "': tensor not found in " + file);
-  if (!tied && !seen.contains("lm_head.weight"))
+  if (!tied && !checkpoint.find("lm_head.weight").tensor)
     throw LoadError(dir + "/config.json", 0,
                     "key 'tie_word_embeddings': false, but the checkpoint has no tensor 'lm_head.weight'");
   return w;
@@ -561,8 +455,7 @@ std::unique_ptr<GgufFile> open_hf_checkpoint(const std::string& dir_in) {
 }
 
 std::vector<std::string> checkpoint_weight_files(const std::string& dir) {
-  std::map<std::string, std::string> assigned;
-  return shard_files(dir, assigned);
+  return checkpoint_shard_names(dir);
 }
 
 std::unique_ptr<GgufFile> open_model(const std::string& path) {

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <bit>
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <set>
 
 namespace inferd::engine {
 
@@ -19,11 +22,58 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 constexpr size_t kMaxDims = 8;
 
+// Finds the first top-level key a JSON object repeats: boost::json keeps only
+// the last of equal keys, which would hide a tensor named twice.
+struct RepeatedKey {
+  static constexpr std::size_t max_object_size = -1, max_array_size = -1, max_key_size = -1, max_string_size = -1;
+  using ec_t = boost::system::error_code;
+  using sv = boost::json::string_view;
+  int depth = 0;
+  std::string key;
+  std::set<std::string, std::less<>> seen;
+  std::optional<std::string> repeated;
+
+  bool on_key_part(sv s, std::size_t, ec_t&) {
+    if (depth == 1) key.append(s.data(), s.size());
+    return true;
+  }
+  bool on_key(sv s, std::size_t n, ec_t& ec) {
+    if (depth != 1) return true;
+    on_key_part(s, n, ec);
+    if (!seen.insert(key).second && !repeated) repeated = key;
+    key.clear();
+    return true;
+  }
+  bool on_object_begin(ec_t&) { return ++depth, true; }
+  bool on_object_end(std::size_t, ec_t&) { return --depth, true; }
+  bool on_document_begin(ec_t&) { return true; }
+  bool on_document_end(ec_t&) { return true; }
+  bool on_array_begin(ec_t&) { return true; }
+  bool on_array_end(std::size_t, ec_t&) { return true; }
+  bool on_string_part(sv, std::size_t, ec_t&) { return true; }
+  bool on_string(sv, std::size_t, ec_t&) { return true; }
+  bool on_number_part(sv, ec_t&) { return true; }
+  bool on_int64(int64_t, sv, ec_t&) { return true; }
+  bool on_uint64(uint64_t, sv, ec_t&) { return true; }
+  bool on_double(double, sv, ec_t&) { return true; }
+  bool on_bool(bool, ec_t&) { return true; }
+  bool on_null(ec_t&) { return true; }
+  bool on_comment_part(sv, ec_t&) { return true; }
+  bool on_comment(sv, ec_t&) { return true; }
+};
+
+std::optional<std::string> repeated_key(const char* text, size_t n) {
+  boost::json::basic_parser<RepeatedKey> p(boost::json::parse_options{});
+  boost::system::error_code ec;
+  p.write_some(false, text, n, ec);
+  return p.handler().repeated;
+}
+
 }  // namespace
 
 size_t safetensors_dtype_size(std::string_view dtype) {
   static constexpr std::pair<std::string_view, size_t> sizes[] = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"F8_E8M0", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
       {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8},
   };
   for (const auto& [name, size] : sizes)
@@ -99,6 +149,7 @@ void SafetensorsFile::parse() {
   if (ec) fail(8 + used, "header is not valid JSON: " + ec.message());
   const boost::json::value header = p.release();
   if (!header.is_object()) fail(8, "header is not a JSON object");
+  if (const auto twice = repeated_key(text, n)) fail(8, "tensor '" + *twice + "': named twice in the header");
 
   struct Range {
     uint64_t begin, end;

@@ -2,7 +2,7 @@
 // header naming each tensor's dtype, shape and [begin, end) byte range, then the
 // data. The file is mapped read-only and the header validated completely on
 // open (lengths, dtypes' sizes, ranges inside the file, no two ranges sharing
-// bytes); tensor data points into the mapping.
+// bytes, no tensor named twice); tensor data points into the mapping.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +20,7 @@ namespace inferd::engine {
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;           // as written: "BF16", "F16", "F32", "I64", ...
+  std::string dtype;           // as written: "BF16", "F16", "F32", "I64", "F8_E4M3", "F8_E8M0", ...
   std::vector<int64_t> shape;  // outermost first (row-major)
   uint64_t offset;             // absolute file offset of the data
   size_t nbytes;

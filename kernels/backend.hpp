@@ -55,6 +55,14 @@ struct MatmulOut {
   float* y = nullptr;
 };
 
+// What some architectures add to attention (Gemma 2): the scores soft-capped to
+// softcap * tanh(score / softcap) before the softmax, and a sliding window (the
+// token at position p reads positions p - window + 1 .. p only). 0 turns either off.
+struct AttentionExtras {
+  float softcap = 0;
+  int32_t window = 0;
+};
+
 struct RopeParams {
   int n_rot = 0;           // rotated dimensions per head (<= head_dim)
   float freq_base = 10000.f;
@@ -188,6 +196,20 @@ class Backend {
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   // y += x, elementwise over n.
   virtual void add(float* y, const float* x, int64_t n) = 0;
+
+  // The ops only some architectures use (Gemma): a backend that has them says
+  // so, and a model that needs them is refused at load on one that has not.
+  virtual bool has_extra_ops() const { return false; }
+  // out = gelu(gate) * up elementwise over n, gelu's tanh approximation.
+  virtual void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
+    (void)gate, (void)up, (void)out, (void)n;
+    throw std::logic_error(name() + " backend: gelu_mul is not implemented");
+  }
+  // x *= s, elementwise over n.
+  virtual void scale(float* x, float s, int64_t n) {
+    (void)x, (void)s, (void)n;
+    throw std::logic_error(name() + " backend: scale is not implemented");
+  }
   // Each of n_rows rows of y (n wide) += x: a bias. Runs as one add per row,
   // so it registers the launch key of add(n).
   virtual void add_rows(float* y, const float* x, int64_t n_rows, int64_t n) {
@@ -202,6 +224,13 @@ class Backend {
   // on the host, so a device backend need not read the tokens back to size its launch.
   virtual void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach,
                          const float* q, int n_heads, float scale, float* out) = 0;
+  // attention() with soft-capped scores or a sliding window; without either it is attention().
+  virtual void attention_extra(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach,
+                               const float* q, int n_heads, float scale, const AttentionExtras& extras, float* out) {
+    if (extras.softcap != 0 || extras.window != 0)
+      throw std::logic_error(name() + " backend: attention with soft-capped scores or a sliding window is not implemented");
+    attention(kv, toks, n_tokens, reach, q, n_heads, scale, out);
+  }
 
   ShapeRegistry& shapes() { return ShapeRegistry::global(); }
 

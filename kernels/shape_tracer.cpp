@@ -44,6 +44,9 @@ class ShapeTracer final : public Backend {
   }
   void silu_mul(const float*, const float*, float*, int64_t n) override { record(launch_keys::silu_mul(n)); }
   void add(float*, const float*, int64_t n) override { record(launch_keys::add(n)); }
+  bool has_extra_ops() const override { return true; }
+  void gelu_mul(const float*, const float*, float*, int64_t n) override { record(launch_keys::gelu_mul(n)); }
+  void scale(float*, float, int64_t n) override { record(launch_keys::scale(n)); }
   void kv_store(const KvLayerView& kv, const AttnToken*, int64_t n_tokens, const float*, const float*) override {
     record(launch_keys::kv_store(kv, n_tokens));
   }
@@ -51,6 +54,10 @@ class ShapeTracer final : public Backend {
                  float, float*) override {
     record(launch_keys::attention(kv, n_heads, n_tokens));
     record(launch_keys::attention_context(kv, reach));
+  }
+  void attention_extra(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach, const float* q,
+                       int n_heads, float scale, const AttentionExtras&, float* out) override {
+    attention(kv, toks, n_tokens, reach, q, n_heads, scale, out);
   }
 
  protected:

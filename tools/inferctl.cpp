@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
     {"generate", "one prompt through the embedded engine, streamed to stdout", cmd_generate},
     {"bench", "benchmarks with JSON output: engine alone, or a daemon over HTTP", cmd_bench},
     {"proof", "the gates a deployment must pass: readiness, probe, context, tools, schema, restart...", cmd_proof},
+    {"check-model", "a checkpoint directory against the gate inferd runs while Loading", cmd_check_model},
     {"fabric", "the RDMA ports this node sees and the pre-flight's choice for a master", cmd_fabric},
 };
 

@@ -93,6 +93,7 @@ inline std::string default_model_path() {
 }
 
 int cmd_bench_engine(const Args& args);
+int cmd_check_model(const Args& args);  // check_model.cpp
 int cmd_bench_serve(const Args& args);
 int cmd_bench_single(const Args& args);
 int cmd_generate(const Args& args);

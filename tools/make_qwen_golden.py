@@ -19,7 +19,8 @@ tokens decoded (greedy_text).
          per-head q/k RMSNorm, attention.sliding_window 256 (the whole context);
          no tokenizer (1.8 MB less), for the model alone
 
-tests/unit/test_qwen.cpp compares inferd's CPU backend against these.
+tests/unit/test_qwen.cpp compares inferd's CPU backend against these;
+tools/make_gemma_golden.py makes its fixtures with this file's model, writer and golden.
 Needs torch, transformers, numpy and gguf (pip); the tests do not.
 """
 import argparse
@@ -56,24 +57,20 @@ LAYER_NAMES = {
 }
 
 
-def gguf_name(hf: str) -> str:
+def gguf_name(hf: str, layer_names=LAYER_NAMES) -> str:
     if hf == "model.embed_tokens.weight":
         return "token_embd.weight"
     if hf == "model.norm.weight":
         return "output_norm.weight"
     _, _, n, rest = hf.split(".", 3)  # model.layers.N.rest
-    return f"blk.{n}.{LAYER_NAMES[rest]}"
+    return f"blk.{n}.{layer_names[rest]}"
 
 
-def make(arch: str, donor: pathlib.Path, out_dir: pathlib.Path, seed: int) -> None:
+def seeded_model(model_class, cfg, seed: int):
+    """model_class(cfg) in float32 with make_hf_checkpoint.py's seeded draw, its
+    2-D weights rounded to F16 (the values the GGUF holds), embeddings tied."""
     import torch
-    import transformers
 
-    tok = transformers.AutoTokenizer.from_pretrained(str(donor.parent), gguf_file=donor.name)
-    config_class = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[arch]
-    model_class = {"qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM}[arch]
-    cfg = config_class(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                       **COMMON, **ARCHS[arch])
     torch.manual_seed(seed)
     model = model_class(cfg).float().eval()
     randomize(model, seed)
@@ -82,13 +79,17 @@ def make(arch: str, donor: pathlib.Path, out_dir: pathlib.Path, seed: int) -> No
             if p.dim() == 2:
                 p.copy_(p.half().float())
     model.tie_weights()
+    return model
 
-    path = out_dir / f"{arch}-tiny.gguf"
-    reader = gguf.GGUFReader(str(donor))
+
+def write_gguf(path: pathlib.Path, arch: str, cfg, model, fields=(), layer_names=LAYER_NAMES, norm_shift=0.0,
+               keys=lambda w: None) -> None:
+    """The model as llama.cpp's converter writes it: F16 matrices, F32 vectors
+    (norm weights plus norm_shift), the tied output weight listed once, the
+    reader `fields` given and the architecture's own `keys(writer)`."""
     w = gguf.GGUFWriter(str(path), arch=arch)
-    for name, field in reader.fields.items():
-        if name.startswith("tokenizer.") and WITH_TOKENIZER[arch]:
-            copy_field(w, name, field)
+    for name, field in fields:
+        copy_field(w, name, field)
     w.add_name(f"{arch}-tiny")
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
@@ -97,28 +98,56 @@ def make(arch: str, donor: pathlib.Path, out_dir: pathlib.Path, seed: int) -> No
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_freq_base(cfg.rope_theta if hasattr(cfg, "rope_theta") else cfg.rope_parameters["rope_theta"])
-    if "head_dim" in ARCHS[arch]:
-        w.add_key_length(cfg.head_dim)
-        w.add_value_length(cfg.head_dim)
-        # As long as the context: no effect, but a key the tests can shorten.
-        w.add_sliding_window(cfg.max_position_embeddings)
-    for name, p in model.named_parameters():  # the tied output weight is the embedding's: listed once
+    rope = getattr(cfg, "rope_parameters", None) or {"rope_theta": cfg.rope_theta}
+    w.add_rope_freq_base(rope.get("full_attention", rope)["rope_theta"])  # Gemma 3: its global layers'
+    keys(w)
+    for name, p in model.named_parameters():
         x = p.detach().numpy()
-        w.add_tensor(gguf_name(name), x.astype(np.float16) if x.ndim == 2 else x.astype(np.float32))
+        if x.ndim == 1 and name.endswith("norm.weight"):
+            x = x + np.float32(norm_shift)
+        w.add_tensor(gguf_name(name, layer_names), x.astype(np.float16) if x.ndim == 2 else x.astype(np.float32))
     finish(w)
 
+
+def write_golden(path: pathlib.Path, model, tok, golden_path: pathlib.Path, decode=None) -> None:
+    """transformers' answers for make_hf_golden.py's prompts, in hf_tiny.json's
+    layout, plus each case's greedy tokens decoded when `decode` is given."""
     probes, cases = golden_cases(model, tok, PROMPTS)
-    for c in cases:  # what a server's completion of the prompt's ids reads
-        c["greedy_text"] = tok.decode(c["greedy"])
+    if decode:
+        for c in cases:  # what a server's completion of the prompt's ids reads
+            c["greedy_text"] = decode(c["greedy"])
     golden = {
-        "about": f"tools/make_qwen_golden.py: transformers {model_class.__name__} in float32 on tests/golden/{path.name}",
-        "vocab": cfg.vocab_size,
+        "about": f"tools/{pathlib.Path(sys.argv[0]).name}: transformers {type(model).__name__} in float32 on tests/golden/{path.name}",
+        "vocab": model.config.vocab_size,
         "probes": probes,
         "cases": cases,
     }
-    (out_dir / f"{arch}_tiny.json").write_text(json.dumps(golden, indent=1) + "\n")
+    golden_path.write_text(json.dumps(golden, indent=1) + "\n")
     print(f"{path}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, {path.stat().st_size} bytes")
+
+
+def make(arch: str, donor: pathlib.Path, out_dir: pathlib.Path, seed: int) -> None:
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(donor.parent), gguf_file=donor.name)
+    config_class = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[arch]
+    model_class = {"qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM}[arch]
+    cfg = config_class(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                       **COMMON, **ARCHS[arch])
+    model = seeded_model(model_class, cfg, seed)
+
+    def keys(w):
+        if "head_dim" in ARCHS[arch]:
+            w.add_key_length(cfg.head_dim)
+            w.add_value_length(cfg.head_dim)
+            # As long as the context: no effect, but a key the tests can shorten.
+            w.add_sliding_window(cfg.max_position_embeddings)
+
+    path = out_dir / f"{arch}-tiny.gguf"
+    reader = gguf.GGUFReader(str(donor))
+    fields = [(n, f) for n, f in reader.fields.items() if n.startswith("tokenizer.") and WITH_TOKENIZER[arch]]
+    write_gguf(path, arch, cfg, model, fields, keys=keys)
+    write_golden(path, model, tok, out_dir / f"{arch}_tiny.json", decode=tok.decode)
 
 
 def main():

@@ -1,6 +1,7 @@
 // The shared decoder (engine/models/decoder.hpp): pre-norm blocks with
 // grouped-query attention, RoPE, RMSNorm and a SwiGLU feed-forward, with the
-// architectures' optional projection biases and per-head query/key norms.
+// architectures' optional projection biases, per-head query/key norms and
+// Gemma's additions (see DecoderOptions).
 // Under tensor parallelism (engine/models/tensor_parallel.hpp) a rank holds whole
 // kv-head groups (their query heads, K/V and the matching columns of the output
 // projection), a share of the feed-forward's hidden columns and a slice of the
@@ -37,6 +38,9 @@ struct DecoderLayer {
   const float *q_norm = nullptr, *k_norm = nullptr;         // per-head norms, when it has them
   const float* ffn_norm;
   WeightView w_gate, w_up, w_down;
+  const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // when the architecture has them
+  kernels::AttentionExtras attn;  // soft cap and sliding window, when it has them
+  kernels::RopeParams rope;       // the model's, or the local layers' own
 };
 
 class DecoderModel final : public Model {
@@ -65,10 +69,12 @@ class DecoderModel final : public Model {
     float* att = att_.reserve(be_, T * H * hd);
     float* gate = gate_.reserve(be_, T * ffn_);
     float* up = up_.reserve(be_, T * ffn_);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const int scale_width = cfg_.n_layers == opts_.width_scale_layers ? cfg_.dim / cfg_.n_heads : hd;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(scale_width));
     const int64_t reach = *std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1};
 
     be_.get_rows(tok_embd_, in.tokens, T, x);
+    if (opts_.embed_scale) be_.scale(x, std::sqrt(static_cast<float>(D)), T * D);
     be_.rmsnorm(x, layers_[0].attn_norm, h, T, D, cfg_.norm_eps);
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const DecoderLayer& L = layers_[l];
@@ -85,17 +91,22 @@ class DecoderModel final : public Model {
         be_.rmsnorm(q, L.q_norm, q, T * H, hd, cfg_.norm_eps);
         be_.rmsnorm(k, L.k_norm, k, T * Hkv, hd, cfg_.norm_eps);
       }
-      be_.rope_kv_store(q, k, v, in.positions, T, H, cfg_.rope, kvl, in.attn);
-      be_.attention(kvl, in.attn, T, reach, q, H, scale, att);
+      be_.rope_kv_store(q, k, v, in.positions, T, H, L.rope, kvl, in.attn);
+      be_.attention_extra(kvl, in.attn, T, reach, q, H, scale, L.attn, att);
       be_.matmul(L.wo, att, T, h);
       all_reduce(h, T * D);
+      if (L.attn_post_norm) be_.rmsnorm(h, L.attn_post_norm, h, T, D, cfg_.norm_eps);
       be_.add_rmsnorm(x, h, L.ffn_norm, h, T, D, cfg_.norm_eps);
 
       const kernels::MatmulOut gate_up[] = {{L.w_gate, gate}, {L.w_up, up}};
       be_.matmul_shared(gate_up, h, T);
-      be_.silu_mul(gate, up, gate, T * ffn_);
+      if (opts_.gelu)
+        be_.gelu_mul(gate, up, gate, T * ffn_);
+      else
+        be_.silu_mul(gate, up, gate, T * ffn_);
       be_.matmul(L.w_down, gate, T, h);
       all_reduce(h, T * D);
+      if (L.ffn_post_norm) be_.rmsnorm(h, L.ffn_post_norm, h, T, D, cfg_.norm_eps);
       if (l + 1 < cfg_.n_layers)
         be_.add_rmsnorm(x, h, layers_[l + 1].attn_norm, h, T, D, cfg_.norm_eps);
       else
@@ -107,15 +118,22 @@ class DecoderModel final : public Model {
     const kernels::WeightView rows{kernels::DType::F32, x, T, D, D * sizeof(float)};
     be_.get_rows(rows, in.logits_rows, R, h);
     be_.rmsnorm(h, out_norm_, q, R, D, cfg_.norm_eps);
-    if (tp_.size > 1) return gather_logits(q, R, logits);
     const size_t n_logits = static_cast<size_t>(R) * cfg_.vocab;
-    if (be_.host_visible()) {
+    if (tp_.size > 1) {
+      gather_logits(q, R, logits);
+    } else if (be_.host_visible()) {
       be_.matmul(output_, q, R, logits);
     } else {
       float* dev = logits_.reserve(be_, n_logits);
       be_.matmul(output_, q, R, dev);
       be_.download(logits, dev, n_logits * sizeof(float));
     }
+    // On the host, where the logits are: R rows of the vocabulary, once per step.
+    // (A backend that captures steps lands its downloads only after forward
+    // returns; the Gemma models that cap logits need has_extra_ops(), which no
+    // such backend has today.)
+    if (final_softcap_ > 0)
+      for (size_t i = 0; i < n_logits; ++i) logits[i] = final_softcap_ * std::tanh(logits[i] / final_softcap_);
   }
 
  private:
@@ -159,12 +177,28 @@ class DecoderModel final : public Model {
     }
     if (cfg_.rope.n_rot > cfg_.head_dim || cfg_.rope.n_rot % 2 != 0)
       throw LoadError(f.path(), 0, "invalid rope.dimension_count");
-    // Sliding-window attention (Mistral v0.1) changes nothing while no sequence
-    // outgrows the window: the model serves a context that long.
-    if (const auto window = f.get_int(a + ".attention.sliding_window")) {
-      if (*window <= 0) throw LoadError(f.path(), 0, "invalid " + a + ".attention.sliding_window");
+    const auto window = f.get_int(a + ".attention.sliding_window");
+    if (window && *window <= 0) throw LoadError(f.path(), 0, "invalid " + a + ".attention.sliding_window");
+    if (opts_.swa_pattern > 0) {
+      // Local layers read a window, the others the whole context.
+      if (!window) throw LoadError(f.path(), 0, "missing " + a + ".attention.sliding_window");
+      window_ = static_cast<int32_t>(std::min<int64_t>(*window, cfg_.max_context));
+    } else if (window) {
+      // Sliding-window attention (Mistral v0.1) changes nothing while no sequence
+      // outgrows the window: the model serves a context that long.
       cfg_.max_context = static_cast<int>(std::min<int64_t>(cfg_.max_context, *window));
     }
+    auto cap = [&](const std::string& key, float fallback) {
+      const double c = f.get_float(a + "." + key).value_or(fallback);
+      if (!(c >= 0)) throw LoadError(f.path(), 0, "invalid " + a + "." + key);
+      return static_cast<float>(c);
+    };
+    attn_softcap_ = cap("attn_logit_softcapping", opts_.attn_softcap);
+    final_softcap_ = cap("final_logit_softcapping", opts_.final_softcap);
+    const bool extra = opts_.embed_scale || opts_.gelu || attn_softcap_ > 0 || window_ > 0;
+    if (extra && !be_.has_extra_ops())
+      throw LoadError(f.path(), 0, "architecture '" + a + "' needs ops the " + be_.name() +
+                                       " backend does not have (GELU, scaling, soft-capped or windowed attention)");
   }
 
   // This rank's heads, hidden columns and vocabulary: whole kv-head groups, and
@@ -334,6 +368,17 @@ class DecoderModel final : public Model {
         L.k_norm = f32(f, w, p + "attn_k_norm.weight", hd);
       }
       L.ffn_norm = f32(f, w, p + "ffn_norm.weight", D);
+      if (opts_.post_norms) {
+        L.attn_post_norm = f32(f, w, p + "post_attention_norm.weight", D);
+        L.ffn_post_norm = f32(f, w, p + "post_ffw_norm.weight", D);
+      }
+      const bool local = opts_.swa_pattern > 0 && l % opts_.swa_pattern < opts_.swa_pattern - 1;
+      L.attn = {attn_softcap_, local ? window_ : 0};
+      L.rope = cfg_.rope;
+      if (local && opts_.local_rope_base > 0) {
+        L.rope.freq_base = opts_.local_rope_base;
+        L.rope.freq_scale = 1.0f;
+      }
       L.w_gate = view(w, f.tensor(p + "ffn_gate.weight", {D, F}), whole ? Part{} : ffn_rows);
       L.w_up = view(w, f.tensor(p + "ffn_up.weight", {D, F}), whole ? Part{} : ffn_rows);
       L.w_down = view(w, f.tensor(p + "ffn_down.weight", {F, D}), whole ? Part{} : down_cols);
@@ -351,6 +396,8 @@ class DecoderModel final : public Model {
   int64_t ffn_first_ = 0;  // this rank's first hidden column of the feed-forward
   int64_t ffn_ = 0;        // and how many it holds
   int64_t vocab_width_ = 0;  // output ids per rank (the last rank's slice may be shorter)
+  int32_t window_ = 0;        // the local layers' sliding window (swa_pattern)
+  float attn_softcap_ = 0, final_softcap_ = 0;
   std::vector<std::unique_ptr<float[]>> owned_;  // dequantized weights (Exact)
   std::vector<kernels::Buffer> resident_;       // weights in the backend's memory, when not host-visible
   ModelConfig cfg_;

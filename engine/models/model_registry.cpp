@@ -13,6 +13,8 @@ const std::map<std::string, ModelFactory>& registry() {
       {"llama", make_llama},  // SmolLM2, Llama 2/3, Mistral
       {"qwen2", make_qwen2},  // Qwen2, Qwen2.5
       {"qwen3", make_qwen3},
+      {"gemma2", make_gemma2},  // Gemma 2
+      {"gemma3", make_gemma3},  // Gemma 3's text models
   };
   return r;
 }

@@ -62,5 +62,9 @@ std::unique_ptr<Model> make_qwen2(const GgufFile& file, kernels::Backend& backen
                                   WeightLoader& weights, const TensorParallel& tp);
 std::unique_ptr<Model> make_qwen3(const GgufFile& file, kernels::Backend& backend, Precision precision,
                                   WeightLoader& weights, const TensorParallel& tp);
+std::unique_ptr<Model> make_gemma2(const GgufFile& file, kernels::Backend& backend, Precision precision,
+                                   WeightLoader& weights, const TensorParallel& tp);
+std::unique_ptr<Model> make_gemma3(const GgufFile& file, kernels::Backend& backend, Precision precision,
+                                   WeightLoader& weights, const TensorParallel& tp);
 
 }  // namespace inferd::engine

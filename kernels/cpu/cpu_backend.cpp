@@ -92,6 +92,7 @@ const KernelTable* avx512_kernels() {
     fill(k.softmax_exp, a.softmax_exp);
     fill(k.scale_probs, a.scale_probs);
     fill(k.attn_values, a.attn_values);
+    fill(k.gelu_mul, a.gelu_mul);
     return k;
   }();
   return cpu_features().avx512 ? &table : nullptr;
@@ -275,6 +276,20 @@ class CpuBackend final : public Backend {
     elementwise(n, [&](int64_t i0, int64_t i1) { k_.add(y + i0, x + i0, i1 - i0); });
   }
 
+  bool has_extra_ops() const override { return true; }
+
+  void gelu_mul(const float* gate, const float* up, float* out, int64_t n) override {
+    LaunchScope scope(launch_keys::gelu_mul(n));
+    elementwise(n, [&](int64_t i0, int64_t i1) { k_.gelu_mul(gate + i0, up + i0, out + i0, i1 - i0); });
+  }
+
+  void scale(float* x, float s, int64_t n) override {
+    LaunchScope scope(launch_keys::scale(n));
+    elementwise(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) x[i] *= s;
+    });
+  }
+
   void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
                 const float* v) override {
     LaunchScope scope(launch_keys::kv_store(kv, n_tokens));
@@ -298,12 +313,19 @@ class CpuBackend final : public Backend {
 
   void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach, const float* q,
                  int n_heads, float scale, float* out) override {
+    attention_extra(kv, toks, n_tokens, reach, q, n_heads, scale, {}, out);
+  }
+
+  void attention_extra(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach, const float* q,
+                       int n_heads, float scale, const AttentionExtras& extras, float* out) override {
     const int32_t max_pos = static_cast<int32_t>(reach) - 1;
     LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
     LaunchScope context(launch_keys::attention_context(kv, max_pos + 1));
     if (n_tokens <= 0) return;
     if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
       throw std::invalid_argument("attention: heads not a multiple of kv heads, or head_dim too large");
+    if (!(extras.softcap >= 0) || extras.window < 0)
+      throw std::invalid_argument("attention: negative soft cap or sliding window");
     const int hd = kv.head_dim, n_kv = kv.n_kv_heads, group = n_heads / n_kv;
 
     // A task is a tile of consecutive tokens of one sequence (same block table)
@@ -339,13 +361,19 @@ class CpuBackend final : public Backend {
         for (int d = 0; d < hd; ++d) qg[int64_t(i) * hd + d] = round_probs ? fp16_to_fp32(fp32_to_fp16(src[d])) : src[d];
       }
     };
-    // Softmax of each query's causal part of its score row (the rest is zeroed).
+    // Softmax of each query's causal part of its score row, within the window
+    // when there is one, its scores soft-capped first when asked (the rest is zeroed).
+    const float cap = extras.softcap;
     auto softmax = [&](const Tile& tile, float* s) {
       for (int i = 0; i < tile.n * group; ++i) {
         float* row = s + i * ld;
         const int64_t n = toks[tile.first + i / group].pos + 1;
-        const double sum = k_.softmax_exp(row, n);
-        k_.scale_probs(row, n, static_cast<float>(1.0 / sum), round_probs);
+        const int64_t lo = extras.window > 0 ? std::max<int64_t>(0, n - extras.window) : 0;
+        if (cap > 0)
+          for (int64_t j = lo; j < n; ++j) row[j] = cap * std::tanh(row[j] / cap);
+        const double sum = k_.softmax_exp(row + lo, n - lo);
+        k_.scale_probs(row + lo, n - lo, static_cast<float>(1.0 / sum), round_probs);
+        std::fill(row, row + lo, 0.0f);
         std::fill(row + n, row + tile.end, 0.0f);
       }
     };

@@ -118,6 +118,11 @@ struct KernelTable {
   // acc[i][:] += sum over positions p in [p0, p1) of w[i * ld + p - p0] * v_p.
   void (*attn_values)(const KvLayerView& kv, const int32_t* block_table, int32_t p0, int32_t p1, const float* w,
                       int64_t ld, int nq, int kv_head, float* acc);
+
+  // out = gelu(gate) * up, gelu's tanh approximation written as
+  // x * sigmoid(2 * sqrt(2 / pi) * (x + 0.044715 x^3)) (the same function, exact
+  // where 1 + tanh would cancel).
+  void (*gelu_mul)(const float* gate, const float* up, float* out, int64_t n);
 };
 
 // The portable table: the fallback and the reference the SIMD tables are tested against.

@@ -673,23 +673,36 @@ void rmsnorm_row(const float* x, const float* weight, float* y, int64_t n, float
   for (; i < n; ++i) y[i] = (x[i] * scale) * weight[i];
 }
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+// out = op(gate, up) 8 lanes at a time.
+template <class Op>
+void gated8(const float* gate, const float* up, float* out, int64_t n, Op op) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp256(_mm256_xor_ps(g, neg))));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, op(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
   if (i < n) {  // the tail through the same vector code, via a padded copy
     float g[8] = {}, u[8] = {}, o[8];
     for (int64_t k = i; k < n; ++k) g[k - i] = gate[k], u[k - i] = up[k];
-    const __m256 gv = _mm256_loadu_ps(g);
-    const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(one, exp256(_mm256_xor_ps(gv, neg))));
-    _mm256_storeu_ps(o, _mm256_mul_ps(silu, _mm256_loadu_ps(u)));
+    _mm256_storeu_ps(o, op(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
     for (int64_t k = i; k < n; ++k) out[k] = o[k - i];
   }
 }
+
+// g / (1 + exp(-g)) * u, the scalar kernel's steps.
+inline __m256 silu_mul8(__m256 g, __m256 u) {
+  const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)))));
+  return _mm256_mul_ps(silu, u);
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) { gated8(gate, up, out, n, silu_mul8); }
+
+// g / (1 + exp(-k (g + 0.044715 g^3))) * u, the scalar kernel's steps.
+inline __m256 gelu_mul8(__m256 g, __m256 u) {
+  const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+  const __m256 inner = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g);
+  const __m256 e = exp256(_mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608f), inner));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) { gated8(gate, up, out, n, gelu_mul8); }
 
 void add(float* y, const float* x, int64_t n) {
   int64_t i = 0;
@@ -839,7 +852,7 @@ void scale_probs(float* s, int64_t n, float inv, bool to_f16) {
 const KernelTable kAvx2Kernels{
     "avx2",      quantize_act, matmul_quant, nullptr,     matmul_float, matmul_scaled,
     rmsnorm_row, silu_mul,     add,          attn_scores, softmax_exp,  scale_probs,
-    attn_values,
+    attn_values, gelu_mul,
 };
 
 }  // namespace inferd::kernels::cpu

@@ -857,15 +857,28 @@ inline __m512 silu_mul16(__m512 g, __m512 u) {
   return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+// out = op(gate, up) 16 lanes at a time, the tail masked.
+template <class Op>
+void gated16(const float* gate, const float* up, float* out, int64_t n, Op op) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, op(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
   if (i < n) {
     const __mmask16 m = first_lanes(n - i);
-    _mm512_mask_storeu_ps(out + i, m, silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+    _mm512_mask_storeu_ps(out + i, m, op(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
   }
 }
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) { gated16(gate, up, out, n, silu_mul16); }
+
+// g / (1 + exp(-k (g + 0.044715 g^3))) * u, the scalar kernel's steps.
+inline __m512 gelu_mul16(__m512 g, __m512 u) {
+  const __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
+  const __m512 inner = _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), g3, g);
+  const __m512 e = exp512(_mm512_mul_ps(_mm512_set1_ps(-2.0f * 0.7978845608f), inner));
+  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) { gated16(gate, up, out, n, gelu_mul16); }
 
 void add(float* y, const float* x, int64_t n) {
   int64_t i = 0;
@@ -1117,6 +1130,7 @@ const KernelTable kAvx512Kernels{
     .softmax_exp = softmax_exp,
     .scale_probs = scale_probs,
     .attn_values = attn_values,
+    .gelu_mul = gelu_mul,
 };
 
 }  // namespace inferd::kernels::cpu

@@ -232,6 +232,14 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float k = 2.0f * 0.7978845608f;  // 2 * sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = x / (1.0f + std::exp(-k * (x + 0.044715f * x * x * x))) * up[i];
+  }
+}
+
 void add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
@@ -305,7 +313,7 @@ void attn_values(const KvLayerView& kv, const int32_t* block_table, int32_t p0, 
 const KernelTable kScalarKernels{
     "scalar",    quantize_act, matmul_quant, nullptr,     matmul_float, matmul_scaled,
     rmsnorm_row, silu_mul,     add,          attn_scores, softmax_exp,  scale_probs,
-    attn_values,
+    attn_values, gelu_mul,
 };
 
 }  // namespace inferd::kernels::cpu

@@ -57,6 +57,7 @@ void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64
                    cudaStream_t stream);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
+void add_rows(float* y, const float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
 void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k, const float* v,
               cudaStream_t stream);
 

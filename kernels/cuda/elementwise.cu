@@ -78,7 +78,16 @@ constexpr int kNormPerThread = 8;
 constexpr int kNormMaxThreads = 1024;
 
 __global__ void rmsnorm_kernel(float* x, const float* residual, const float* weight, float* y, int64_t n, float eps) {
-  grid_dependency();
+  grid_launch_dependents();
+  // The norm's weights first: nothing writes them, so their round trip overlaps
+  // the kernel before this one (the row waits for it).
+  float wt[kNormPerThread];
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    wt[k] = i < n ? weight[i] : 0.0f;
+  }
+  grid_wait();
   __shared__ double partial[kNormMaxThreads / 32];
   __shared__ float row_scale;
   float* xr = x + int64_t(blockIdx.x) * n;
@@ -120,7 +129,7 @@ __global__ void rmsnorm_kernel(float* x, const float* residual, const float* wei
 #pragma unroll
     for (int k = 0; k < kNormPerThread; ++k) {
       const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < n) yr[i] = __fmul_rn(__fmul_rn(v[k], scale), weight[i]);
+      if (i < n) yr[i] = __fmul_rn(__fmul_rn(v[k], scale), wt[k]);
     }
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), weight[i]);
@@ -229,6 +238,14 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
     y[i] = __fadd_rn(y[i], x[i]);
 }
 
+// y[r][i] += x[i] for every row r of y: a bias over all rows in one launch.
+__global__ void add_rows_kernel(float* y, const float* x, int64_t n_rows, int64_t n) {
+  grid_dependency();
+  const int64_t total = n_rows * n;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], x[i % n]);
+}
+
 template <class T>
 __global__ void kv_store_kernel(KvLayerView kv, const AttnToken* toks, const float* k, const float* v) {
   grid_dependency();
@@ -312,6 +329,12 @@ void add(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   launch_kernel(add_kernel, blocks_for(n), kThreads, 0, stream, y, x, n);
   check_launch("add");
+}
+
+void add_rows(float* y, const float* x, int64_t n_rows, int64_t n, cudaStream_t stream) {
+  if (n_rows <= 0 || n <= 0) return;
+  launch_kernel(add_rows_kernel, blocks_for(n_rows * n), kThreads, 0, stream, y, x, n_rows, n);
+  check_launch("add_rows");
 }
 
 void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k, const float* v,

@@ -6,7 +6,7 @@
 // kernel behind the one running.
 //
 // Ordering stays as without PDL: every kernel calls grid_dependency() before it
-// reads or writes anything, and griddepcontrol.wait waits for the whole previous
+// reads or writes anything but weights (see grid_wait), and griddepcontrol.wait waits for the whole previous
 // grid (not just its trigger), which itself waited for its own predecessor, so
 // each kernel still follows every earlier one, reads and writes alike. Work that
 // is not one of these kernels (cuBLAS, memcpy, memset) is ordered by the stream
@@ -29,13 +29,25 @@
 
 namespace inferd::kernels::cuda {
 
+// The two halves of grid_dependency(). Between them a kernel may read what no
+// kernel writes (weights, uploaded before the step), so that round trip overlaps
+// the end of the kernel before it.
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // At the top of every kernel, before any memory access or early return: lets the
 // next kernel be scheduled, then waits for the previous one.
 __device__ __forceinline__ void grid_dependency() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  grid_launch_dependents();
+  grid_wait();
 }
 
 // Whether launches on the current device carry the PDL attribute: not when

@@ -73,6 +73,14 @@ __device__ inline WBlock load_block(const uint8_t* row, int64_t b) {
   return w;
 }
 
+// 16 bytes from global to shared memory without passing through registers
+// (sm_80+), and the wait for all of a thread's copies.
+__device__ inline void copy_async_16(void* shared, const void* global) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(global) : "memory");
+}
+__device__ inline void copy_async_wait() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
+
 __device__ inline float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -127,6 +135,12 @@ __device__ inline int block_dot(const WBlock& w, const ABlock& a) {
   return __dp4a(w.q[7], a.hi.w, s);
 }
 
+// One weight block times one activation block, added to a row's sum and correction.
+__device__ inline void accumulate(const WBlock& w, const ABlock& a, float& sum, float& corr) {
+  sum += static_cast<float>(block_dot(w, a)) * (w.d * a.dc.x);
+  corr += w.k * a.dc.y;
+}
+
 // A block takes kGemvRows rows, so each activation block loaded serves all of
 // them, and its warps split the rows' blocks in stages of kStageBlocks: a warp
 // has one stage of each row in flight, and a row of up to kGemvWarps stages
@@ -164,7 +178,7 @@ struct GemvSegs {
 template <class Block, int NT, int ROWS>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int64_t nb, const int8_t* xq,
                                                               const float2* xdc, int n_tokens) {
-  grid_dependency();
+  grid_launch_dependents();
   int si = 0;
 #pragma unroll
   for (int i = 1; i < kMaxSegs; ++i)
@@ -183,6 +197,29 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
   const uint8_t* row[ROWS];
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
+  // A stage goes straight from global to shared memory (cp.async), not through
+  // registers: holding every row's words in registers took 135 a thread on an
+  // H100, which left room for three blocks an SM (19 % occupancy). head[i]: the
+  // stage's offset in row i's first 16-byte word.
+  int head[ROWS];
+  auto stage = [&](int64_t b_start) {
+    const int n_blocks = static_cast<int>(min(int64_t(kStageBlocks), nb - b_start));
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(row[i] + b_start * kSize);
+      const auto* aligned = reinterpret_cast<const uint4*>(first & ~uintptr_t(15));
+      head[i] = static_cast<int>(first & 15);
+      const int words = (head[i] + n_blocks * kSize + 15) / 16;
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k)
+        if (lane + 32 * k < words)
+          copy_async_16(stage_mem + (warp * ROWS + i) * kWords + lane + 32 * k, aligned + lane + 32 * k);
+    }
+  };
+  // The first stage's weights are requested before waiting for the kernel
+  // before this one (nothing writes weights), so that round trip overlaps it.
+  if (int64_t(warp) * kStageBlocks < nb) stage(int64_t(warp) * kStageBlocks);
+  grid_wait();
   float sum[ROWS][NT], corr[ROWS][NT];
 #pragma unroll
   for (int i = 0; i < ROWS; ++i)
@@ -201,49 +238,40 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
         for (int t = 0; t < NT; ++t)
           if (lane + 32 * h < n_blocks && t < n_tokens) pre[h][t] = load_act(xq, xdc, nb, t, b_start + lane + 32 * h);
     }
-    int head[ROWS], words[ROWS];
-    uint4 v[ROWS][kLoads];
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-      const uintptr_t first = reinterpret_cast<uintptr_t>(row[i] + b_start * kSize);
-      const auto* aligned = reinterpret_cast<const uint4*>(first & ~uintptr_t(15));
-      head[i] = static_cast<int>(first & 15);
-      words[i] = (head[i] + n_blocks * kSize + 15) / 16;
-#pragma unroll
-      for (int k = 0; k < kLoads; ++k)
-        if (lane + 32 * k < words[i]) v[i][k] = aligned[lane + 32 * k];
-    }
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i)
-#pragma unroll
-      for (int k = 0; k < kLoads; ++k)
-        if (lane + 32 * k < words[i]) stage_mem[(warp * ROWS + i) * kWords + lane + 32 * k] = v[i][k];
+    copy_async_wait();
     __syncwarp();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // kStageBlocks = 64: two blocks per lane
       const int j = lane + 32 * h;
       if (j >= n_blocks) break;
-      WBlock wb[ROWS];
+      const auto* staged = reinterpret_cast<const uint8_t*>(stage_mem + warp * ROWS * kWords);
+      if constexpr (kPrefetch) {
+        // The activations are in registers already: one row's unpacked block
+        // live at a time, for the same reason as above.
 #pragma unroll
-      for (int i = 0; i < ROWS; ++i)
-        wb[i] = load_block<Block>(reinterpret_cast<const uint8_t*>(stage_mem + (warp * ROWS + i) * kWords) + head[i], j);
+        for (int i = 0; i < ROWS; ++i) {
+          const WBlock wb = load_block<Block>(staged + i * kWords * 16 + head[i], j);
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if (t < n_tokens) {
-          ABlock a;
-          if constexpr (kPrefetch)
-            a = pre[h][t];
-          else
-            a = load_act(xq, xdc, nb, t, b_start + j);
+          for (int t = 0; t < NT; ++t)
+            if (t < n_tokens) accumulate(wb, pre[h][t], sum[i][t], corr[i][t]);
+        }
+      } else {
+        // Up to 8 tokens: each token's activation block is loaded once for all rows.
+        WBlock wb[ROWS];
 #pragma unroll
-          for (int i = 0; i < ROWS; ++i) {
-            sum[i][t] += static_cast<float>(block_dot(wb[i], a)) * (wb[i].d * a.dc.x);
-            corr[i][t] += wb[i].k * a.dc.y;
+        for (int i = 0; i < ROWS; ++i) wb[i] = load_block<Block>(staged + i * kWords * 16 + head[i], j);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t < n_tokens) {
+            const ABlock a = load_act(xq, xdc, nb, t, b_start + j);
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) accumulate(wb[i], a, sum[i][t], corr[i][t]);
           }
         }
       }
     }
-    __syncwarp();
+    __syncwarp();  // the warp is done with its stage before the next overwrites it
+    if (b_start + n_warps * kStageBlocks < nb) stage(b_start + n_warps * kStageBlocks);
   }
 #pragma unroll
   for (int i = 0; i < ROWS; ++i)

@@ -285,6 +285,17 @@ TEST_CASE("rmsnorm, silu_mul and add match the CPU") {
     gpu().add(dg.as<float>(), du.as<float>(), n);
     expect_close("add n=" + std::to_string(n), from_gpu<float>(dg, n), sum, 0.0);
   }
+  for (int64_t rows : {1, 5, 300}) {  // a bias over every row: one launch on the GPU
+    for (int64_t n : {8, 1000, 4096}) {
+      const auto y = random_floats(rows * n, 53), b = random_floats(n, 54);
+      std::vector<float> want = y;
+      cpu().add_rows(want.data(), b.data(), rows, n);
+      Buffer dy = to_gpu(y), db = to_gpu(b);
+      gpu().add_rows(dy.as<float>(), db.as<float>(), rows, n);
+      expect_close("add_rows rows=" + std::to_string(rows) + " n=" + std::to_string(n), from_gpu<float>(dy, rows * n),
+                   want, 0.0);
+    }
+  }
 }
 
 TEST_CASE("add_rmsnorm matches the CPU's add then rmsnorm, with the output in place of the residual") {
@@ -561,13 +572,15 @@ TEST_CASE("the CUDA backend registers the same launch keys as the CPU backend") 
     gpu().attention(c.gpu_view(), gt.as<AttnToken>(), 1, 300, dq.as<float>(), 8, 0.125f, dout.as<float>());
     gpu().rope_kv_store(dq.as<float>(), dk.as<float>(), dv.as<float>(), dpos.as<int32_t>(), 1, 8, rp, c.gpu_view(),
                         gt.as<AttnToken>());
+    gpu().add_rows(dy.as<float>(), dx.as<float>(), 5, 128);
   });
   const auto on_cpu = keys_of([&] {
     cpu().matmul(w.host, x.data(), 5, y.data());
     cpu().attention(c.cpu_view(), ct.data(), 1, 300, q.data(), 8, 0.125f, out.data());
     cpu().rope_kv_store(q_rot.data(), k_in.data(), v_in.data(), pos.data(), 1, 8, rp, c.cpu_view(), ct.data());
+    cpu().add_rows(y.data(), x.data(), 5, 128);
   });
-  CHECK(on_gpu.size() == 6);
+  CHECK(on_gpu.size() == 7);
   CHECK(on_gpu == on_cpu);
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf_reader.hpp"
 #include "engine/hf_checkpoint.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
@@ -37,9 +38,10 @@ inline std::vector<int32_t> ints(const boost::json::value& v) {
 
 inline int argmax(const float* x, int n) { return int(std::max_element(x, x + n) - x); }
 
-// One model on the CPU backend; run() prefills a prompt with logits at every position.
+// One model (on the CPU backend unless given another); run() prefills a prompt
+// with logits at every position.
 struct Runner {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(1);
+  std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<engine::GgufFile> file;
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<engine::KvCache> kv;
@@ -48,7 +50,9 @@ struct Runner {
   int vocab = 0;
 
   // `path`: a GGUF file or a checkpoint directory.
-  explicit Runner(const std::string& path, engine::Precision p = engine::Precision::Exact) {
+  explicit Runner(const std::string& path, engine::Precision p = engine::Precision::Exact,
+                  std::unique_ptr<kernels::Backend> on = kernels::make_cpu_backend(1))
+      : backend(std::move(on)) {
     file = engine::open_model(path);
     model = engine::load_model(*file, *backend, p);
     const auto& mc = model->config();
@@ -102,6 +106,44 @@ inline double compare(Runner& r, const boost::json::object& c, const boost::json
     }
   }
   return worst;
+}
+
+inline boost::json::object read_golden(const std::string& path) { return boost::json::parse(read_text(path)).as_object(); }
+
+// Every case of a golden file: logits within `tol` of transformers' (and, in
+// exact precision, the same argmax at every position) and the same 16 greedy tokens.
+inline void check_cases(Runner& r, const boost::json::object& g, bool exact, double tol, const std::string& label) {
+  REQUIRE(r.vocab == g.at("vocab").as_int64());
+  for (const auto& cv : g.at("cases").as_array()) {
+    const auto& c = cv.as_object();
+    CAPTURE(label);
+    CAPTURE(c.at("prompt").as_string());
+    const double worst = compare(r, c, g.at("probes").as_array(), exact);
+    MESSAGE(label << ": max |logit diff| " << worst);
+    CHECK(worst < tol);
+    CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
+  }
+}
+
+// The load error of a model (a GGUF file or a checkpoint directory) on
+// `backend` (the CPU backend by default), or "(loaded)".
+inline std::string load_error(const std::string& path, kernels::Backend* backend = nullptr) {
+  const auto cpu = backend ? nullptr : kernels::make_cpu_backend(1);
+  try {
+    auto file = engine::open_model(path);
+    engine::load_model(*file, backend ? *backend : *cpu);
+  } catch (const engine::LoadError& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+// That loading `path` on `backend` (the CPU backend by default) fails naming
+// the file and saying `why`.
+inline void check_refused(const std::string& path, const std::string& why, kernels::Backend* backend = nullptr) {
+  const std::string e = load_error(path, backend);
+  CHECK_MESSAGE(e.find(path) != std::string::npos, e);
+  CHECK_MESSAGE(e.find(why) != std::string::npos, e);
 }
 
 }  // namespace test_golden

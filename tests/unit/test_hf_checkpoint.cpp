@@ -27,67 +27,29 @@
 #include "engine/tokenizer.hpp"
 #include "kernels/half.hpp"
 #include "tests/unit/golden_runner.hpp"
+#include "tests/unit/safetensors_scratch.hpp"
 #include "tests/unit/test_paths.hpp"
 
 using namespace inferd;
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace test_golden;
+using test_scratch::read_entries;
+using test_scratch::safetensors_bytes;
+using test_scratch::StEntry;
+using test_scratch::write_text;
 
 namespace {
 
 std::string fixture() { return test_paths::source_dir() + "/tests/golden/hf-tiny"; }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+// The fixture's tensors.
+std::vector<StEntry> fixture_entries() { return read_entries(fixture() + "/model.safetensors"); }
 
-// A scratch directory holding a copy of the fixture, removed at the end.
-struct Scratch {
-  fs::path dir;
-  explicit Scratch(const std::string& tag) {
-    dir = fs::temp_directory_path() / ("inferd-hf-" + tag + "-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    for (const auto& e : fs::directory_iterator(fixture())) fs::copy_file(e.path(), dir / e.path().filename());
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string path(const std::string& name = "") const { return (dir / name).string(); }
+// A scratch copy of the fixture.
+struct Scratch : test_scratch::Scratch {
+  explicit Scratch(const std::string& tag) : test_scratch::Scratch(fixture(), "hf-" + tag) {}
 };
-
-// A safetensors file from (name, dtype, shape, bytes) entries, in order.
-struct StEntry {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-std::string safetensors_bytes(const std::vector<StEntry>& entries) {
-  json::object header;
-  std::string data;
-  for (const auto& e : entries) {
-    json::array shape(e.shape.begin(), e.shape.end());
-    header[e.name] = json::object{{"dtype", e.dtype}, {"shape", shape},
-                                  {"data_offsets", json::array{data.size(), data.size() + e.bytes.size()}}};
-    data += e.bytes;
-  }
-  std::string h = json::serialize(header);
-  const uint64_t n = h.size();
-  std::string out(reinterpret_cast<const char*>(&n), 8);
-  return out + h + data;
-}
-
-// The fixture's tensors, each converted by `convert` (dtype, bytes) -> (dtype, bytes).
-std::vector<StEntry> fixture_entries() {
-  auto st = engine::SafetensorsFile::open(fixture() + "/model.safetensors");
-  std::vector<StEntry> out;
-  for (const auto& t : st->tensors())
-    out.push_back({t.name, t.dtype, t.shape, std::string(static_cast<const char*>(t.data), t.nbytes)});
-  return out;
-}
 
 StEntry widened(StEntry e, const std::string& to) {
   REQUIRE(e.dtype == "BF16");
@@ -112,15 +74,6 @@ StEntry widened(StEntry e, const std::string& to) {
 }
 
 json::object golden() { return json::parse(read_text(test_paths::source_dir() + "/tests/golden/hf_tiny.json")).as_object(); }
-
-std::string load_error(const std::string& dir) {
-  try {
-    Runner r(dir);
-  } catch (const engine::LoadError& e) {
-    return e.what();
-  }
-  return "(loaded)";
-}
 
 }  // namespace
 
@@ -168,28 +121,12 @@ TEST_CASE("HF checkpoint: tokenizer.json and tokenizer_config.json give transfor
 
 TEST_CASE("HF checkpoint: exact precision matches transformers float32") {
   Runner r(fixture());
-  const auto g = golden();
-  for (const auto& cv : g.at("cases").as_array()) {
-    const auto& c = cv.as_object();
-    CAPTURE(c.at("prompt").as_string());
-    const double worst = compare(r, c, g.at("probes").as_array(), true);
-    MESSAGE("exact: max |logit diff| " << worst);
-    CHECK(worst < 1e-3);
-    CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
-  }
+  check_cases(r, golden(), true, 1e-3, "exact");
 }
 
 TEST_CASE("HF checkpoint: fast precision (BF16 weights as stored) stays close to transformers") {
   Runner r(fixture(), engine::Precision::Fast);
-  const auto g = golden();
-  for (const auto& cv : g.at("cases").as_array()) {
-    const auto& c = cv.as_object();
-    CAPTURE(c.at("prompt").as_string());
-    const double worst = compare(r, c, g.at("probes").as_array(), false);
-    MESSAGE("fast: max |logit diff| " << worst);
-    CHECK(worst < 5e-2);  // measured 1.3e-2 (F16 KV cache, the fast kernels)
-    CHECK(r.greedy(ints(c.at("ids")), 16) == ints(c.at("greedy")));
-  }
+  check_cases(r, golden(), false, 5e-2, "fast");  // measured 1.3e-2 (F16 KV cache, the fast kernels)
 }
 
 TEST_CASE("HF checkpoint: sharded, F32 and F16 copies load to the same logits") {

@@ -231,6 +231,14 @@ TEST_CASE("elementwise ops and quantize_act of every SIMD table against scalar, 
       for (int64_t i = 0; i < n; ++i)
         CHECK_MESSAGE(std::fabs(a[i] - b[i]) <= 1e-5 * std::fabs(a[i]) + 1e-30, "silu_mul ", i);
       CHECK(b[n] == 7.0f);
+      ref.gelu_mul(g.data(), u.data(), a.data(), n);
+      t->gelu_mul(g.data(), u.data(), b.data(), n);
+      // Relative 5e-5: exp's argument, 1.6 (x + 0.044715 x^3), is up to about 70
+      // where the product is still above 1e-30, and one float step of it is
+      // there a relative 4e-6 of exp.
+      for (int64_t i = 0; i < n; ++i)
+        CHECK_MESSAGE(std::fabs(a[i] - b[i]) <= 5e-5 * std::fabs(a[i]) + 1e-30, "gelu_mul ", i);
+      CHECK(b[n] == 7.0f);
       ref.rmsnorm_row(g.data(), w.data(), a.data(), n, 1e-5f);
       t->rmsnorm_row(g.data(), w.data(), b.data(), n, 1e-5f);
       for (int64_t i = 0; i < n; ++i)
@@ -514,7 +522,7 @@ TEST_CASE("get_rows dequantizes the selected rows") {
   CHECK_THROWS_AS(be->get_rows(w.view, &bad, 1, out.data()), std::out_of_range);
 }
 
-TEST_CASE("rmsnorm, silu_mul and add match their definitions") {
+TEST_CASE("rmsnorm, silu_mul, gelu_mul, scale and add match their definitions") {
   for (auto& be : backends(2)) {
     const int64_t rows = 3, n = 576;
     const auto x = random_floats(rows * n, 12, -4.0f, 4.0f), w = random_floats(n, 13);
@@ -531,6 +539,14 @@ TEST_CASE("rmsnorm, silu_mul and add match their definitions") {
     be->silu_mul(x.data(), w.data(), out.data(), n);
     for (int64_t i = 0; i < n; ++i)
       CHECK(out[i] == doctest::Approx(x[i] / (1.0 + std::exp(-double(x[i]))) * w[i]).epsilon(1e-5));
+    be->gelu_mul(x.data(), w.data(), out.data(), n);
+    for (int64_t i = 0; i < n; ++i) {  // transformers' gelu_pytorch_tanh, in double
+      const double xi = x[i], gelu = 0.5 * xi * (1 + std::tanh(std::sqrt(2 / M_PI) * (xi + 0.044715 * xi * xi * xi)));
+      CHECK(out[i] == doctest::Approx(gelu * w[i]).epsilon(1e-5));
+    }
+    std::vector<float> scaled(x.begin(), x.begin() + n);
+    be->scale(scaled.data(), 4.5f, n);
+    for (int64_t i = 0; i < n; ++i) CHECK(scaled[i] == x[i] * 4.5f);
     std::vector<float> acc(x.begin(), x.begin() + n);
     be->add(acc.data(), w.data(), n);
     for (int64_t i = 0; i < n; ++i) CHECK(acc[i] == x[i] + w[i]);
@@ -603,25 +619,28 @@ struct TestCache {
 
   // Dense softmax attention for query head h of a token at `pos` reading through
   // block table `bt`, in double except where the reference rounds: q and, for an
-  // f16 cache, the normalized probabilities are rounded to f16.
-  std::vector<double> reference(const float* q, int n_heads, int h, const int32_t* bt, int pos, float scale) const {
+  // f16 cache, the normalized probabilities are rounded to f16. With extras, the
+  // scores soft-capped and the positions before the window left out.
+  std::vector<double> reference(const float* q, int n_heads, int h, const int32_t* bt, int pos, float scale,
+                                const AttentionExtras& x = {}) const {
     const int kvh = h / (n_heads / n_kv);
+    const int lo = x.window > 0 ? std::max(0, pos - x.window + 1) : 0;
     std::vector<double> s(pos + 1), out(hd, 0.0);
     double mx = -INFINITY, sum = 0;
-    for (int p = 0; p <= pos; ++p) {
+    for (int p = lo; p <= pos; ++p) {
       double d = 0;
       for (int i = 0; i < hd; ++i) {
         const float qi = type == DType::F16 ? fp16_to_fp32(fp32_to_fp16(q[i])) : q[i];
         d += double(qi) * at(k, bt, p, kvh, i);
       }
-      s[p] = d * scale;
+      s[p] = x.softcap > 0 ? x.softcap * std::tanh(d * scale / x.softcap) : d * scale;
       mx = std::max(mx, s[p]);
     }
     // Like the reference: float exponentials, their sum in double, a float inverse.
     std::vector<float> e(pos + 1);
-    for (int p = 0; p <= pos; ++p) sum += e[p] = std::exp(float(s[p] - mx));
+    for (int p = lo; p <= pos; ++p) sum += e[p] = std::exp(float(s[p] - mx));
     const float inv = float(1.0 / sum);
-    for (int p = 0; p <= pos; ++p) {
+    for (int p = lo; p <= pos; ++p) {
       const double w = type == DType::F16 ? fp16_to_fp32(fp32_to_fp16(e[p] * inv)) : double(e[p]) * inv;
       for (int i = 0; i < hd; ++i) out[i] += w * at(v, bt, p, kvh, i);
     }
@@ -645,7 +664,7 @@ TEST_CASE("kv_store writes each token into its block-table slot") {
   }
 }
 
-TEST_CASE("attention over shuffled blocks matches dense softmax attention") {
+TEST_CASE("attention over shuffled blocks matches dense softmax attention, plain and windowed with capped scores") {
   const int hd = 64;
   const float scale = 0.125f;
   for (const auto& heads : {std::pair{6, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
@@ -673,22 +692,29 @@ TEST_CASE("attention over shuffled blocks matches dense softmax attention") {
                                 : toks;
               const size_t n = use.size();
               const auto q = random_floats(n * n_heads * hd, 41, -2.0f, 2.0f);
-              std::vector<float> out(n * n_heads * hd, NAN);
-              be->attention(c.view(), use.data(), int64_t(n), launch_keys::attention_reach(use.data(), int64_t(n)), q.data(),
-                            n_heads, scale, out.data());
-              double worst = 0;
-              for (size_t t = 0; t < n; ++t)
-                for (int h = 0; h < n_heads; ++h) {
-                  const auto ref = c.reference(q.data() + (t * n_heads + h) * hd, n_heads, h, use[t].block_table,
-                                               use[t].pos, scale);
-                  for (int i = 0; i < hd; ++i)
-                    worst = std::max(worst, std::fabs(out[(t * n_heads + h) * hd + i] - ref[i]));
-                }
-              // An f16 probability may round the other way than in the reference
-              // (scores in double there): one f16 step of a probability, 2^-11, times |v| <= 1.
-              const double tol = type == DType::F16 ? 2e-5 + 0x1p-11 : 2e-5;
-              CHECK_MESSAGE(worst < tol, be->name(), " heads ", n_heads, "/", n_kv, " threads ", threads, " ",
-                            traits(type).name, " bs ", bs, " decode ", decode, " worst ", worst);
+              const int64_t reach = launch_keys::attention_reach(use.data(), int64_t(n));
+              // Plain, then scores soft-capped (binding: they reach about 3) within
+              // a window shorter than the prefill chunks' contexts.
+              for (const AttentionExtras x : {AttentionExtras{}, AttentionExtras{1.5f, 37}}) {
+                std::vector<float> out(n * n_heads * hd, NAN);
+                if (x.window == 0)
+                  be->attention(c.view(), use.data(), int64_t(n), reach, q.data(), n_heads, scale, out.data());
+                else
+                  be->attention_extra(c.view(), use.data(), int64_t(n), reach, q.data(), n_heads, scale, x, out.data());
+                double worst = 0;
+                for (size_t t = 0; t < n; ++t)
+                  for (int h = 0; h < n_heads; ++h) {
+                    const auto ref = c.reference(q.data() + (t * n_heads + h) * hd, n_heads, h, use[t].block_table,
+                                                 use[t].pos, scale, x);
+                    for (int i = 0; i < hd; ++i)
+                      worst = std::max(worst, std::fabs(out[(t * n_heads + h) * hd + i] - ref[i]));
+                  }
+                // An f16 probability may round the other way than in the reference
+                // (scores in double there): one f16 step of a probability, 2^-11, times |v| <= 1.
+                const double tol = type == DType::F16 ? 2e-5 + 0x1p-11 : 2e-5;
+                CHECK_MESSAGE(worst < tol, be->name(), " heads ", n_heads, "/", n_kv, " threads ", threads, " ",
+                              traits(type).name, " bs ", bs, " decode ", decode, " window ", x.window, " worst ", worst);
+              }
             }
           }
         }
