@@ -16,6 +16,8 @@
 
 #include "kernels/cancelled.hpp"
 #include "kernels/dtype.hpp"
+#include "kernels/moe.hpp"
+#include "kernels/scaled_weight.hpp"
 #include "kernels/shape_registry.hpp"
 
 namespace inferd::kernels {
@@ -140,6 +142,32 @@ class Backend {
   // may prepare x once for all of them. Registers each weight's matmul launch key.
   virtual void matmul_shared(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens) {
     for (const MatmulOut& o : outs) matmul(o.w, x, n_tokens, o.y);
+  }
+  // Weights with separate block scales (scaled_weight.hpp: FP8 block-scaled,
+  // MXFP4), read in place. y[t][r] = sum_c W[r][c] * x[t][c] like matmul, the
+  // activations used as they are (f32). An optional op: a backend without it
+  // says so in takes_scaled_format (checked at load) and throws if called.
+  virtual bool takes_scaled_format(ScaledFormat) const { return false; }
+  virtual void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y) {
+    (void)x, (void)n_tokens, (void)y;
+    throw std::logic_error("matmul_scaled: " + std::string(format_name(w.format)) +
+                           " weights are not implemented on the " + name() + " backend");
+  }
+  // A mixture of experts' routed feed-forward (moe.hpp), optional like
+  // matmul_scaled (a backend has both or neither). moe_route: router logits
+  // [n_tokens][r.n_experts] -> expert ids and weights [n_tokens][r.top_k];
+  // token_ids for hash routing only. moe_experts: y[t] = the weighted sum of
+  // token t's experts on x[t] (x: [n_tokens][dim], y the same, not overlapping
+  // x), SwiGLU clamped by swiglu_limit (<= 0: none).
+  virtual void moe_route(const MoeRouting& r, const float* logits, int64_t n_tokens, const int32_t* token_ids,
+                         int32_t* ids, float* weights) {
+    (void)r, (void)logits, (void)n_tokens, (void)token_ids, (void)ids, (void)weights;
+    throw std::logic_error("moe_route is not implemented on the " + name() + " backend");
+  }
+  virtual void moe_experts(std::span<const ExpertWeights> experts, float swiglu_limit, const float* x,
+                           int64_t n_tokens, int top_k, const int32_t* ids, const float* weights, float* y) {
+    (void)experts, (void)swiglu_limit, (void)x, (void)n_tokens, (void)top_k, (void)ids, (void)weights, (void)y;
+    throw std::logic_error("moe_experts is not implemented on the " + name() + " backend");
   }
   // y = x / rms(x) * weight, per row of n.
   virtual void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) = 0;

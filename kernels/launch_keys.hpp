@@ -57,6 +57,19 @@ inline LaunchKey matmul(const WeightView& w, int64_t n_tokens) {
           "n,k,t", {w.rows, w.cols, pow2_bucket(n_tokens)}};
 }
 
+inline LaunchKey matmul_scaled(const ScaledWeightView& w, int64_t n_tokens) {
+  return {w.format == ScaledFormat::Mxfp4 ? "matmul.mxfp4" : "matmul.fp8_block", "n,k,t",
+          {w.rows, w.cols, pow2_bucket(n_tokens)}};
+}
+
+inline LaunchKey moe_route(const MoeRouting& r, int64_t n_tokens) {
+  return {r.tid2eid ? "moe_route.hash" : "moe_route", "e,k,t", {r.n_experts, r.top_k, pow2_bucket(n_tokens)}};
+}
+
+inline LaunchKey moe_experts(int64_t n_experts, int top_k, int64_t n_tokens) {
+  return {"moe_experts", "e,k,t", {n_experts, top_k, pow2_bucket(n_tokens)}};
+}
+
 inline LaunchKey rmsnorm(int64_t n_rows, int64_t n) { return {"rmsnorm", "n,t", {n, pow2_bucket(n_rows)}}; }
 
 inline LaunchKey rope(const RopeParams& p, int64_t n_tokens, int n_heads, int head_dim) {

@@ -25,6 +25,17 @@ class ShapeTracer final : public Backend {
   void matmul(const WeightView& w, const float*, int64_t n_tokens, float*) override {
     record(launch_keys::matmul(w, n_tokens));
   }
+  bool takes_scaled_format(ScaledFormat) const override { return true; }
+  void matmul_scaled(const ScaledWeightView& w, const float*, int64_t n_tokens, float*) override {
+    record(launch_keys::matmul_scaled(w, n_tokens));
+  }
+  void moe_route(const MoeRouting& r, const float*, int64_t n_tokens, const int32_t*, int32_t*, float*) override {
+    record(launch_keys::moe_route(r, n_tokens));
+  }
+  void moe_experts(std::span<const ExpertWeights> experts, float, const float*, int64_t n_tokens, int top_k,
+                   const int32_t*, const float*, float*) override {
+    record(launch_keys::moe_experts(static_cast<int64_t>(experts.size()), top_k, n_tokens));
+  }
   void rmsnorm(const float*, const float*, float*, int64_t n_rows, int64_t n, float) override {
     record(launch_keys::rmsnorm(n_rows, n));
   }

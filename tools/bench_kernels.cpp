@@ -6,10 +6,13 @@
 // Then attention through the backend, and each op of the kernel tables on its
 // own (one thread): attention's scores / softmax / values over a long context,
 // the elementwise ops and the activation quantization, per instruction set.
-// Usage: bench_kernels [seconds per measurement, default 0.5] [--cpu-time] [--ops]
+// Then DeepSeek-V4-Flash's FP8 block-scaled and MXFP4 weights (matmul_scaled):
+// one token in GB/s of weight read, 8 tokens in GFLOP/s.
+// Usage: bench_kernels [seconds per measurement, default 0.5] [--cpu-time] [--ops] [--scaled]
 // --cpu-time times the calling thread's CPU time instead of wall time and runs
 // one thread only: numbers that hold on a machine busy with other work.
 // --ops skips the matmul tables (attention and the per-op table only).
+// --scaled runs the read bandwidth and the scaled-weight table only.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -92,6 +95,17 @@ double read_bandwidth(ThreadPool& pool, size_t bytes) {
   return static_cast<double>(per * parts * 8) / s / 1e9;
 }
 
+// Fastest call of run(view, n_tokens) with the views in turn: weights read from
+// memory, the way a decode step over the whole model reads them.
+template <class View, class Run>
+double time_cycling(const std::vector<View>& views, int64_t n_tokens, Run run) {
+  size_t next = 0;
+  return time_per_call([&] {
+    run(views[next], n_tokens);
+    next = (next + 1) % views.size();
+  });
+}
+
 struct Shape {
   const char* what;
   DType type;
@@ -124,15 +138,91 @@ struct WeightSet {
   }
 };
 
+// The same for a scaled weight (FP8 block-scaled, MXFP4) of random bytes (no
+// NaN) and scales near 2^-4.
+struct ScaledWeightSet {
+  std::vector<uint8_t> bytes;
+  std::vector<ScaledWeightView> views;
+  size_t matrix_bytes;  // data and scales
+
+  ScaledWeightSet(ScaledFormat format, int64_t rows, int64_t cols, size_t working_set) {
+    ScaledWeightView w{format, ScaleType::E8M0, nullptr, nullptr, rows, cols};
+    const size_t data = data_bytes(w);
+    matrix_bytes = data + scale_bytes(w);
+    const size_t copies = std::max<size_t>(1, working_set / matrix_bytes);
+    bytes.resize(matrix_bytes * copies);
+    std::mt19937 rng(1);
+    for (size_t i = 0; i < matrix_bytes; ++i) {
+      uint8_t b = static_cast<uint8_t>(rng());
+      if (i >= data) b = static_cast<uint8_t>(120 + b % 4);
+      else if (format == ScaledFormat::Fp8Block && (b & 0x7f) == 0x7f) b = 0x38;
+      bytes[i] = b;
+    }
+    for (size_t c = 1; c < copies; ++c) std::memcpy(bytes.data() + c * matrix_bytes, bytes.data(), matrix_bytes);
+    for (size_t c = 0; c < copies; ++c) {
+      w.data = bytes.data() + c * matrix_bytes;
+      w.scales = bytes.data() + c * matrix_bytes + data;
+      views.push_back(w);
+    }
+  }
+};
+
+// DeepSeek-V4-Flash's scaled-weight shapes through Backend::matmul_scaled: one
+// token (decode) in GB/s of weight bytes read (data and scales, from memory;
+// hot: the same matrix again, from cache where it fits), and 8 tokens in GFLOP/s.
+void bench_scaled(const std::vector<int>& thread_counts, size_t working_set) {
+  struct ScaledShape {
+    const char* what;
+    ScaledFormat format;
+    int64_t rows, cols;
+  };
+  const ScaledShape shapes[] = {
+      {"expert w1/w3", ScaledFormat::Mxfp4, 2048, 4096},
+      {"expert w2", ScaledFormat::Mxfp4, 4096, 2048},
+      {"attn wq_b", ScaledFormat::Fp8Block, 32768, 1024},
+      {"shared w1/w3", ScaledFormat::Fp8Block, 2048, 4096},
+  };
+  for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Scalar}) {
+    if (!cpu_isa_available(isa)) continue;
+    for (int threads : thread_counts) {
+      auto be = make_cpu_backend(threads, isa);
+      std::printf("\nscaled weights (DeepSeek-V4-Flash), %s, threads=%d\n", be->name().c_str(), threads);
+      std::printf("  %-13s %-9s %13s %10s %8s %9s %14s\n", "shape", "format", "rows x cols", "matvec us", "GB/s",
+                  "hot GB/s", "8-tok GFLOP/s");
+      for (const ScaledShape& s : shapes) {
+        ScaledWeightSet ws(s.format, s.rows, s.cols, working_set);
+        std::vector<float> x(8 * s.cols), y(8 * s.rows);
+        std::mt19937 rng(2);
+        std::uniform_real_distribution<float> dist(-1, 1);
+        for (auto& v : x) v = dist(rng);
+        const auto run = [&](const ScaledWeightView& w, int64_t n) { be->matmul_scaled(w, x.data(), n, y.data()); };
+        const double saved = g_seconds;
+        if (isa == CpuIsa::Scalar) g_seconds = 0;  // the slow scalar path: a few calls are enough
+        const double mv = time_cycling(ws.views, 1, run);
+        // The same matrix again and again: from cache where it fits, so compute-bound.
+        const double hot = time_per_call([&] { run(ws.views[0], 1); });
+        const double m8 = time_cycling(ws.views, 8, run);
+        g_seconds = saved;
+        const double gb = static_cast<double>(ws.matrix_bytes) / 1e9;
+        std::printf("  %-13s %-9s %6lld x %-5lld %10.1f %8.1f %9.1f %14.1f\n", s.what, format_name(s.format),
+                    static_cast<long long>(s.rows), static_cast<long long>(s.cols), mv * 1e6, gb / mv, gb / hot,
+                    2.0 * s.rows * s.cols * 8 / m8 / 1e9);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool ops_only = false;
+  bool ops_only = false, scaled_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--cpu-time")
       g_cpu_time = true;
     else if (std::string(argv[i]) == "--ops")
       ops_only = true;
+    else if (std::string(argv[i]) == "--scaled")
+      scaled_only = true;
     else
       g_seconds = std::atof(argv[i]);
   }
@@ -155,6 +245,10 @@ int main(int argc, char** argv) {
     std::printf("\nthreads=%d  read bandwidth: %.1f GB/s (96 MB buffer), %.1f GB/s (1 GB buffer)\n", threads,
                 read_bandwidth(pool, kModelBytes), read_bandwidth(pool, size_t(1) << 30));
   }
+  if (scaled_only) {
+    bench_scaled(thread_counts, kModelBytes);
+    return 0;
+  }
   for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Scalar}) {
     if (!cpu_isa_available(isa) || ops_only) continue;
     for (int threads : thread_counts) {
@@ -168,20 +262,14 @@ int main(int argc, char** argv) {
         std::mt19937 rng(2);
         std::uniform_real_distribution<float> dist(-1, 1);
         for (auto& v : x) v = dist(rng);
-        size_t next = 0;
-        const double mv = time_per_call([&] {
-          be->matmul(ws.views[next], x.data(), 1, y.data());
-          next = (next + 1) % ws.views.size();
-        });
+        const auto run = [&](const WeightView& w, int64_t n) { be->matmul(w, x.data(), n, y.data()); };
+        const double mv = time_cycling(ws.views, 1, run);
         // The same matrix again and again: from cache where it fits, so compute-bound.
-        const double hot = time_per_call([&] { be->matmul(ws.views[0], x.data(), 1, y.data()); });
+        const double hot = time_per_call([&] { run(ws.views[0], 1); });
         const double saved = g_seconds;
         if (isa == CpuIsa::Scalar) g_seconds = 0;  // the slow scalar path: a few calls are enough
         // 8 tokens: a batched decode step (weights from memory, as in decode).
-        const double m8 = time_per_call([&] {
-          be->matmul(ws.views[next], x.data(), 8, y.data());
-          next = (next + 1) % ws.views.size();
-        });
+        const double m8 = time_cycling(ws.views, 8, run);
         const double mm = time_per_call([&] { be->matmul(ws.views[0], x.data(), 128, y.data()); });
         g_seconds = saved;
         const double gb = static_cast<double>(ws.matrix_bytes) / 1e9;
@@ -192,6 +280,8 @@ int main(int argc, char** argv) {
       }
     }
   }
+
+  if (!ops_only) bench_scaled(thread_counts, kModelBytes);
 
   // Attention of the default model (9 heads, 3 kv heads, head_dim 64, f16 cache)
   // through the backend, per SIMD instruction set: one decode token at contexts

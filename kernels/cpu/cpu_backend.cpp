@@ -84,6 +84,7 @@ const KernelTable* avx512_kernels() {
     fill(k.matmul_quant, a.matmul_quant);
     if (!k.matmul_float) k.matmul_float_scratch = a.matmul_float_scratch;
     fill(k.matmul_float, a.matmul_float);
+    fill(k.matmul_scaled, a.matmul_scaled);
     fill(k.rmsnorm_row, a.rmsnorm_row);
     fill(k.silu_mul, a.silu_mul);
     fill(k.add, a.add);
@@ -178,6 +179,51 @@ class CpuBackend final : public Backend {
       const int64_t c = t % n_chunks;
       k_.matmul_quant(w, xq, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
     });
+  }
+
+  bool takes_scaled_format(ScaledFormat) const override { return true; }
+
+  void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y) override {
+    LaunchScope scope(launch_keys::matmul_scaled(w, n_tokens));
+    check_view(w, "matmul_scaled");
+    scaled_product(w, x, n_tokens, y);
+  }
+
+  void moe_route(const MoeRouting& r, const float* logits, int64_t n_tokens, const int32_t* token_ids, int32_t* ids,
+                 float* weights) override {
+    LaunchScope scope(launch_keys::moe_route(r, n_tokens));
+    route_tokens(r, logits, n_tokens, token_ids, ids, weights);
+  }
+
+  // Expert by expert: its tokens gathered, w1 and w3, the clamped SwiGLU times
+  // each token's weight, w2, added into the tokens' rows of y.
+  void moe_experts(std::span<const ExpertWeights> experts, float swiglu_limit, const float* x, int64_t n_tokens,
+                   int top_k, const int32_t* ids, const float* weights, float* y) override {
+    LaunchScope scope(launch_keys::moe_experts(static_cast<int64_t>(experts.size()), top_k, n_tokens));
+    check_experts(experts, "moe_experts");
+    const int64_t dim = experts[0].w1.cols, inter = experts[0].w1.rows, n_experts = experts.size();
+    std::vector<std::vector<int64_t>> slots(n_experts);  // per expert: t * top_k + j of its uses
+    for (int64_t i = 0; i < n_tokens * top_k; ++i) {
+      if (ids[i] < 0 || ids[i] >= n_experts)
+        throw std::out_of_range("moe_experts: token " + std::to_string(i / top_k) + " routed to expert " +
+                                std::to_string(ids[i]) + " of " + std::to_string(n_experts));
+      slots[ids[i]].push_back(i);
+    }
+    std::fill(y, y + n_tokens * dim, 0.0f);
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const int64_t n = static_cast<int64_t>(slots[e].size());
+      if (n == 0) continue;
+      moe_x_.resize(n * dim), moe_g_.resize(n * inter), moe_u_.resize(n * inter), moe_y_.resize(n * dim);
+      for (int64_t i = 0; i < n; ++i)
+        std::copy(x + slots[e][i] / top_k * dim, x + (slots[e][i] / top_k + 1) * dim, moe_x_.data() + i * dim);
+      scaled_product(experts[e].w1, moe_x_.data(), n, moe_g_.data());
+      scaled_product(experts[e].w3, moe_x_.data(), n, moe_u_.data());
+      for (int64_t i = 0; i < n; ++i)
+        swiglu_limited(moe_g_.data() + i * inter, moe_u_.data() + i * inter, weights[slots[e][i]], swiglu_limit,
+                       moe_g_.data() + i * inter, inter);
+      scaled_product(experts[e].w2, moe_g_.data(), n, moe_y_.data());
+      for (int64_t i = 0; i < n; ++i) k_.add(y + slots[e][i] / top_k * dim, moe_y_.data() + i * dim, dim);
+    }
   }
 
   void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) override {
@@ -411,6 +457,21 @@ class CpuBackend final : public Backend {
     return (chunk + kRowAlign - 1) / kRowAlign * kRowAlign;
   }
 
+  // y = W x of a checked scaled weight, its rows split over the pool.
+  void scaled_product(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y) {
+    if (n_tokens <= 0 || w.rows <= 0) return;
+    if (w.format == ScaledFormat::Mxfp4) {  // the activations in the nibbles' order, once for all rows
+      if (nibble_x_.size() < static_cast<size_t>(n_tokens * w.cols)) nibble_x_.resize(n_tokens * w.cols);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        cpu::to_nibble_order(x + t * w.cols, w.cols, nibble_x_.data() + t * w.cols);
+      x = nibble_x_.data();
+    }
+    const int64_t chunk = row_chunk(w.rows);
+    pool_.parallel_for((w.rows + chunk - 1) / chunk, [&](int64_t c, int) {
+      k_.matmul_scaled(w, x, n_tokens, y, w.rows, c * chunk, std::min(w.rows, (c + 1) * chunk));
+    });
+  }
+
   template <class Fn>
   void elementwise(int64_t n, Fn&& fn) {
     if (n < kParallelElems || pool_.size() == 1) return fn(0, n);
@@ -433,6 +494,8 @@ class CpuBackend final : public Backend {
   std::vector<cpu::ActTile> act_;
   std::vector<float> part_, qbuf_, scores_;
   std::vector<float> float_scratch_;  // matmul_float's, per thread
+  std::vector<float> nibble_x_;       // matmul_scaled's MXFP4 activations
+  std::vector<float> moe_x_, moe_g_, moe_u_, moe_y_;  // moe_experts': one expert's tokens
   std::vector<Tile> tiles_;
 };
 

@@ -44,6 +44,36 @@ inline float act_correction(DType weight, float d, float dr, int sum) {
   }
 }
 
+// MXFP4 activations in the weights' nibble order, so that a kernel pairs each
+// block's 16 low nibbles (even elements) and 16 high nibbles (odd elements) with
+// contiguous activations: each block of 32 of x becomes its 16 even elements,
+// then its 16 odd ones. n % 32 == 0.
+inline void to_nibble_order(const float* x, int64_t n, float* out) {
+  for (int64_t b = 0; b < n; b += 32)
+    for (int j = 0; j < 16; ++j) {
+      out[b + j] = x[b + 2 * j];
+      out[b + 16 + j] = x[b + 2 * j + 1];
+    }
+}
+
+// The SIMD tables' matmul_scaled: rows [r0, r1) in tiles of up to
+// kActTileTokens tokens, each row's weights decoded once per tile by the row
+// kernel of its format for the tile's T tokens (fp8[T - 1] or mxfp4[T - 1]: y at
+// the row's output of the tile's first token). Static: each SIMD file's copy
+// stays with its instruction set.
+using ScaledRowFn = void (*)(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy);
+struct ScaledRowKernels {
+  ScaledRowFn fp8[kActTileTokens], mxfp4[kActTileTokens];
+};
+static inline void scaled_token_tiles(const ScaledRowKernels& k, const ScaledWeightView& w, const float* x,
+                                      int64_t n_tokens, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  const ScaledRowFn* by_tokens = w.format == ScaledFormat::Mxfp4 ? k.mxfp4 : k.fp8;
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kActTileTokens) {
+    const ScaledRowFn row = by_tokens[(n_tokens - t0 < kActTileTokens ? n_tokens - t0 : kActTileTokens) - 1];
+    for (int64_t r = r0; r < r1; ++r) row(w, r, x + t0 * w.cols, y + t0 * ldy + r, ldy);
+  }
+}
+
 struct KernelTable {
   const char* isa;  // "scalar", "avx2", "avx512"
 
@@ -60,6 +90,11 @@ struct KernelTable {
   int64_t (*matmul_float_scratch)(const WeightView& w, int64_t n_tokens);
   void (*matmul_float)(const WeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
                        int64_t r1, float* scratch);
+
+  // Scaled weights (scaled_weight.hpp), rows [r0, r1) for n_tokens tokens. An
+  // Mxfp4 x is in nibble order (see to_nibble_order); Fp8Block x as it is.
+  void (*matmul_scaled)(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
 
   void (*rmsnorm_row)(const float* x, const float* weight, float* y, int64_t n, float eps);
   void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);

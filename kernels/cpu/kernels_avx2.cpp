@@ -550,6 +550,105 @@ void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* 
   }
 }
 
+// ---- scaled-weight matmul (FP8 block-scaled, MXFP4) ----------------------------
+
+inline float float_from_bits(uint32_t bits) {
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+// 16 e4m3fn bytes as floats / 256: the byte's bits moved into a half's place
+// (sign to bit 15, exponent and mantissa to bits 13..7) make a half worth exactly
+// 2^-8 of it, subnormals included; 0x7f / 0xff (NaN) are patched in.
+inline void e4m3x16(const uint8_t* p, __m256& lo, __m256& hi) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i w = _mm256_cvtepu8_epi16(b);
+  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(-0x8000)),
+                                    _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3f80)));
+  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  const __m128i nan = _mm_cmpeq_epi8(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f));
+  if (__builtin_expect(_mm_movemask_epi8(nan) != 0, 0)) {
+    const __m256 qnan = _mm256_set1_ps(__builtin_nanf(""));
+    lo = _mm256_blendv_ps(lo, qnan, _mm256_castsi256_ps(_mm256_cvtepi8_epi32(nan)));
+    hi = _mm256_blendv_ps(hi, qnan, _mm256_castsi256_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(nan, 8))));
+  }
+}
+
+// 8 signed bytes (the low 8 of v) as floats.
+inline __m256 i8x8_to_float(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+
+// One row against T tokens: per block the decoded weights' products with each
+// token summed apart, then scaled into the token's accumulator.
+template <int T>
+void fp8_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy) {
+  const auto* q = static_cast<const uint8_t*>(w.data) + r * w.cols;
+  __m256 acc[T];
+  float tail[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps(), tail[t] = 0;
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kFp8BlockSize) {
+    const int64_t c1 = c0 + kFp8BlockSize < w.cols ? c0 + kFp8BlockSize : w.cols;
+    const float scale = scale_at(w, r, c0);
+    __m256 part[T];
+    for (int t = 0; t < T; ++t) part[t] = _mm256_setzero_ps();
+    int64_t c = c0;
+    for (; c + 16 <= c1; c += 16) {
+      __m256 lo, hi;
+      e4m3x16(q + c, lo, hi);
+      for (int t = 0; t < T; ++t) {
+        part[t] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x + t * w.cols + c), part[t]);
+        part[t] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + t * w.cols + c + 8), part[t]);
+      }
+    }
+    const __m256 sv = _mm256_set1_ps(scale), undo = _mm256_set1_ps(256.0f);
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(part[t], undo), sv, acc[t]);
+      float rest = 0;
+      for (int64_t k = c; k < c1; ++k) rest += e4m3fn_to_float(q[k]) * x[t * w.cols + k];
+      tail[t] += rest * scale;
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + tail[t];
+}
+
+// MXFP4: a block's 16 bytes give 16 low and 16 high codes, each looked up as
+// 2 * E2M1 in a 16-entry byte table (exact integers), against x in nibble order.
+template <int T>
+void mxfp4_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy) {
+  const int64_t nb = w.cols / kMxfp4BlockSize;
+  const auto* q = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
+  const auto* s = static_cast<const uint8_t*>(w.scales) + r * nb;
+  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * b));
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, low4));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
+    const __m256 w0 = i8x8_to_float(lo), w1 = i8x8_to_float(_mm_srli_si128(lo, 8));
+    const __m256 w2 = i8x8_to_float(hi), w3 = i8x8_to_float(_mm_srli_si128(hi, 8));
+    const __m256 sv = _mm256_set1_ps(0.5f * float_from_bits(e8m0_float_bits(s[b])));
+    for (int t = 0; t < T; ++t) {
+      const float* xb = x + t * w.cols + b * kMxfp4BlockSize;
+      __m256 part = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
+      part = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), part);
+      part = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), part);
+      part = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), part);
+      acc[t] = _mm256_fmadd_ps(part, sv, acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]);
+}
+
+void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                   int64_t r1) {
+  static constexpr ScaledRowKernels k{{fp8_row<1>, fp8_row<2>, fp8_row<3>, fp8_row<4>},
+                                      {mxfp4_row<1>, mxfp4_row<2>, mxfp4_row<3>, mxfp4_row<4>}};
+  scaled_token_tiles(k, w, x, n_tokens, y, ldy, r0, r1);
+}
+
 // ---- elementwise ------------------------------------------------------------
 
 void rmsnorm_row(const float* x, const float* weight, float* y, int64_t n, float eps) {
@@ -751,9 +850,9 @@ void scale_probs(float* s, int64_t n, float inv, bool to_f16) {
 }  // namespace
 
 const KernelTable kAvx2Kernels{
-    "avx2",   quantize_act, matmul_quant, nullptr,     matmul_float, rmsnorm_row,
-    silu_mul, add,          attn_scores,  softmax_exp, scale_probs,  attn_values,
-    gelu_mul,
+    "avx2",      quantize_act, matmul_quant, nullptr,     matmul_float, matmul_scaled,
+    rmsnorm_row, silu_mul,     add,          attn_scores, softmax_exp,  scale_probs,
+    attn_values, gelu_mul,
 };
 
 }  // namespace inferd::kernels::cpu

@@ -709,6 +709,118 @@ void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* 
   }
 }
 
+// ---- scaled-weight matmul (FP8 block-scaled, MXFP4) ----------------------------
+//
+// As kernels_avx2.cpp's, 16 lanes wide, the ragged FP8 block's tail through masks.
+
+// The first n of 16 e4m3fn bytes as floats / 256: sign to bit 15, exponent and
+// mantissa to bits 13..7 make a half worth exactly 2^-8 of the byte, subnormals
+// included; NaN (0x7f / 0xff) patched in by mask where the block may hold one.
+// (Floats worth 2^-120 of it would skip the half conversion, but products of
+// such tiny floats are subnormal, and take the CPU's slow path.)
+inline __m512 e4m3x16(const uint8_t* p, __mmask16 m, bool may_be_nan) {
+  const __m128i b = _mm_maskz_loadu_epi8(m, p);
+  const __m256i w = _mm256_cvtepu8_epi16(b);
+  // Bitwise select (imm 0xe4: c ? a : b): the sign from w << 8, the rest from (w << 9) >> 2.
+  const __m256i h = _mm256_ternarylogic_epi32(_mm256_slli_epi16(w, 8), _mm256_srli_epi16(_mm256_slli_epi16(w, 9), 2),
+                                              _mm256_set1_epi16(-0x8000), 0xe4);
+  const __m512 v = _mm512_cvtph_ps(h);
+  if (!may_be_nan) return v;
+  const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8(static_cast<char>(0x80))), _mm_set1_epi8(-1));
+  return _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+
+// Whether any of the n (<= 128) e4m3fn bytes at p is NaN: one test per block
+// instead of one per 16 bytes.
+inline bool any_e4m3_nan(const uint8_t* p, int64_t n) {
+  const auto lanes = [](int64_t k) {
+    return k >= 64 ? ~__mmask64(0) : k <= 0 ? __mmask64(0) : (__mmask64(1) << k) - 1;
+  };
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80)), ones = _mm512_set1_epi8(-1);
+  const __mmask64 lo = _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_maskz_loadu_epi8(lanes(n), p), sign), ones);
+  const __mmask64 hi =
+      _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_maskz_loadu_epi8(lanes(n - 64), p + 64), sign), ones);
+  return (lo | hi) != 0;
+}
+
+template <int T>
+void fp8_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy) {
+  const auto* q = static_cast<const uint8_t*>(w.data) + r * w.cols;
+  const __m512 undo = _mm512_set1_ps(256.0f);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kFp8BlockSize) {
+    const int64_t c1 = c0 + kFp8BlockSize < w.cols ? c0 + kFp8BlockSize : w.cols;
+    __m512 part[T];
+    for (int t = 0; t < T; ++t) part[t] = _mm512_setzero_ps();
+    const bool nan = any_e4m3_nan(q + c0, c1 - c0);
+    int64_t c = c0;
+    for (; c + 16 <= c1; c += 16) {
+      const __m512 wv = e4m3x16(q + c, 0xffff, nan);
+      for (int t = 0; t < T; ++t) part[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * w.cols + c), part[t]);
+    }
+    if (c < c1) {
+      const __mmask16 m = first_lanes(c1 - c);
+      const __m512 wv = e4m3x16(q + c, m, nan);
+      for (int t = 0; t < T; ++t) part[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * w.cols + c), part[t]);
+    }
+    const __m512 sv = _mm512_set1_ps(scale_at(w, r, c0));
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(part[t], undo), sv, acc[t]);
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// A row's E8M0 scales as floats, 16 at a time (n % 16 == 0 or the tail masked).
+inline void e8m0_row(const uint8_t* s, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes_left(n - i);
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, s + i));
+    __m512i bits = _mm512_slli_epi32(v, 23);
+    const __m512i tiny = _mm512_set1_epi32(0x00400000), nan = _mm512_set1_epi32(0x7fc00000);  // 2^-127, NaN
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()), tiny);
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)), nan);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(bits));
+  }
+}
+
+// MXFP4: a block's 16 bytes widened to 16 lanes index a 16-float E2M1 table
+// (vpermps reads the index's low 4 bits: the low nibble), then shifted by 4 for
+// the high nibbles; x in nibble order. Two blocks per step, in two accumulators.
+template <int T>
+void mxfp4_row(const ScaledWeightView& w, int64_t r, const float* x, float* y, int64_t ldy) {
+  const int64_t nb = w.cols / kMxfp4BlockSize;
+  const auto* q = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
+  constexpr int64_t kMaxBlocks = 512;  // rows up to 16384 in one pass of scales
+  float scale[kMaxBlocks];
+  const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
+                                    -3.0f, -4.0f, -6.0f);
+  __m512 acc[2][T];
+  for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  for (int64_t b0 = 0; b0 < nb; b0 += kMaxBlocks) {
+    const int64_t b1 = b0 + kMaxBlocks < nb ? b0 + kMaxBlocks : nb;
+    e8m0_row(static_cast<const uint8_t*>(w.scales) + r * nb + b0, b1 - b0, scale);
+    for (int64_t b = b0; b < b1; ++b) {
+      const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * b)));
+      const __m512 lo = _mm512_permutexvar_ps(codes, lut);
+      const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), lut);
+      const __m512 sv = _mm512_set1_ps(scale[b - b0]);
+      for (int t = 0; t < T; ++t) {
+        const float* xb = x + t * w.cols + b * kMxfp4BlockSize;
+        const __m512 part = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xb)));
+        acc[b & 1][t] = _mm512_fmadd_ps(part, sv, acc[b & 1][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
+}
+
+void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                   int64_t r1) {
+  static constexpr ScaledRowKernels k{{fp8_row<1>, fp8_row<2>, fp8_row<3>, fp8_row<4>},
+                                      {mxfp4_row<1>, mxfp4_row<2>, mxfp4_row<3>, mxfp4_row<4>}};
+  scaled_token_tiles(k, w, x, n_tokens, y, ldy, r0, r1);
+}
+
 // ---- elementwise ------------------------------------------------------------
 
 // Squares in float, summed in double, like the reference; tails through masks.
@@ -1010,6 +1122,7 @@ const KernelTable kAvx512Kernels{
     .matmul_quant = matmul_quant,
     .matmul_float_scratch = matmul_float_scratch,
     .matmul_float = matmul_float,
+    .matmul_scaled = matmul_scaled,
     .rmsnorm_row = rmsnorm_row,
     .silu_mul = silu_mul,
     .add = add,

@@ -183,6 +183,42 @@ void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* 
   }
 }
 
+// Row r . token x of a scaled weight: each block's products summed, then scaled
+// and added. The element decoders' values through tables built once.
+float dot_scaled_row(const ScaledWeightView& w, int64_t r, const float* x) {
+  static const struct Tables {
+    float e4m3[256], e2m1[16];
+    Tables() {
+      for (int b = 0; b < 256; ++b) e4m3[b] = e4m3fn_to_float(static_cast<uint8_t>(b));
+      for (int c = 0; c < 16; ++c) e2m1[c] = e2m1_to_float(static_cast<uint8_t>(c));
+    }
+  } lut;
+  float sum = 0;
+  if (w.format == ScaledFormat::Mxfp4) {
+    const auto* q = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2);
+    for (int64_t c0 = 0; c0 < w.cols; c0 += kMxfp4BlockSize, q += 16) {
+      float part = 0;
+      for (int j = 0; j < 16; ++j) part += lut.e2m1[q[j] & 15] * x[c0 + j] + lut.e2m1[q[j] >> 4] * x[c0 + 16 + j];
+      sum += part * scale_at(w, r, c0);
+    }
+    return sum;
+  }
+  const auto* q = static_cast<const uint8_t*>(w.data) + r * w.cols;
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kFp8BlockSize) {
+    const int64_t c1 = std::min(w.cols, c0 + kFp8BlockSize);
+    float part = 0;
+    for (int64_t c = c0; c < c1; ++c) part += lut.e4m3[q[c]] * x[c];
+    sum += part * scale_at(w, r, c0);
+  }
+  return sum;
+}
+
+void matmul_scaled(const ScaledWeightView& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+                   int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t t = 0; t < n_tokens; ++t) y[t * ldy + r] = dot_scaled_row(w, r, x + t * w.cols);
+}
+
 // Like the reference: squares in float, summed in double.
 void rmsnorm_row(const float* x, const float* weight, float* y, int64_t n, float eps) {
   double sum = 0;
@@ -275,9 +311,9 @@ void attn_values(const KvLayerView& kv, const int32_t* block_table, int32_t p0, 
 }  // namespace
 
 const KernelTable kScalarKernels{
-    "scalar", quantize_act, matmul_quant, nullptr,     matmul_float, rmsnorm_row,
-    silu_mul, add,          attn_scores,  softmax_exp, scale_probs,  attn_values,
-    gelu_mul,
+    "scalar",    quantize_act, matmul_quant, nullptr,     matmul_float, matmul_scaled,
+    rmsnorm_row, silu_mul,     add,          attn_scores, softmax_exp,  scale_probs,
+    attn_values, gelu_mul,
 };
 
 }  // namespace inferd::kernels::cpu

@@ -1,0 +1,68 @@
+// The arrays of tests/golden/dsv4_quant.bin (tools/make_dsv4_quant_golden.py):
+// DeepSeek-V4's scaled weight formats and routed experts as PyTorch computes them.
+// Each is a text line "name dtype dim...", then its raw little-endian bytes.
+#pragma once
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+
+namespace dsv4_golden {
+
+struct Array {
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+  template <class T>
+  const T* as() const { return reinterpret_cast<const T*>(bytes.data()); }
+  int64_t dim(size_t i) const { return shape.at(i); }
+};
+
+inline const std::map<std::string, Array>& arrays() {
+  static const std::map<std::string, Array> all = [] {
+    const char* dir = std::getenv("INFERD_SOURCE_DIR");
+    const std::string path = std::string(dir ? dir : INFERD_TEST_SOURCE_DIR) + "/tests/golden/dsv4_quant.bin";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    std::map<std::string, Array> out;
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string name, dtype;
+      fields >> name >> dtype;
+      Array a;
+      size_t n = dtype == "u8" ? 1 : dtype == "f32" || dtype == "i32" ? 4 : 8;
+      for (int64_t d; fields >> d;) a.shape.push_back(d), n *= static_cast<size_t>(d);
+      a.bytes.resize(n);
+      if (!in.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(n)))
+        throw std::runtime_error(path + ": array " + name + " truncated");
+      out[name] = std::move(a);
+    }
+    return out;
+  }();
+  return all;
+}
+
+inline const Array& array(const std::string& name) {
+  const auto it = arrays().find(name);
+  if (it == arrays().end()) throw std::runtime_error("tests/golden/dsv4_quant.bin has no array " + name);
+  return it->second;
+}
+
+// A CPU backend of each instruction set this machine and build have.
+inline std::vector<std::unique_ptr<inferd::kernels::Backend>> all_cpu_backends(int threads) {
+  using inferd::kernels::CpuIsa;
+  std::vector<std::unique_ptr<inferd::kernels::Backend>> out;
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512})
+    if (inferd::kernels::cpu_isa_available(isa)) out.push_back(inferd::kernels::make_cpu_backend(threads, isa));
+  return out;
+}
+
+}  // namespace dsv4_golden
