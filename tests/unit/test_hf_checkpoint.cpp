@@ -73,7 +73,7 @@ StEntry widened(StEntry e, const std::string& to) {
   return e;
 }
 
-json::object golden() { return json::parse(read_text(test_paths::source_dir() + "/tests/golden/hf_tiny.json")).as_object(); }
+json::object golden() { return read_golden(test_paths::source_dir() + "/tests/golden/hf_tiny.json"); }
 
 }  // namespace
 
