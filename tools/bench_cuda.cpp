@@ -178,10 +178,14 @@ int main(int argc, char** argv) {
   }
   Backend& be = *make_cuda_backend(0).release();
   // The same kernels without the tensor cores, for the steps that would use them.
-  Backend& cores = *make_cuda_backend(0, CudaOptions{.tensor_core_min_tokens = INT64_MAX}).release();
+  constexpr CudaOptions kNoTensorCores{.tensor_core_min_tokens = INT64_MAX, .quantized_tensor_core_min_tokens = INT64_MAX};
+  Backend& cores = *make_cuda_backend(0, kNoTensorCores).release();
   const double roofline = copy_gbps();
-  std::printf("{\"device\": \"%s\", \"copy_GBps\": %.0f, \"tensor_core_min_tokens\": %lld, \"matmul\": [\n",
-              be.name().c_str(), roofline, (long long)CudaOptions{}.tensor_core_min_tokens);
+  std::printf(
+      "{\"device\": \"%s\", \"copy_GBps\": %.0f, \"tensor_core_min_tokens\": %lld, "
+      "\"quantized_tensor_core_min_tokens\": %lld, \"matmul\": [\n",
+      be.name().c_str(), roofline, (long long)CudaOptions{}.tensor_core_min_tokens,
+      (long long)CudaOptions{}.quantized_tensor_core_min_tokens);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   bool first = true;
@@ -205,7 +209,7 @@ int main(int argc, char** argv) {
       Buffer dx = be.alloc(x.size() * sizeof(float)), dy = be.alloc(n * rows * sizeof(float));
       be.upload(dx.data(), x.data(), x.size() * sizeof(float));
       check(cudaDeviceSynchronize(), "uploads");  // the other backend runs on its own stream
-      const bool tc = n >= CudaOptions{}.tensor_core_min_tokens && t != DType::F32;
+      const bool tc = n >= CudaOptions{}.tensor_core_from(t) && t != DType::F32;
       for (Backend* b : {&be, &cores}) {
         if (b == &cores && !tc) continue;  // the same kernels as the first row
         auto run = [&](int reps) {

@@ -220,7 +220,7 @@ class CudaBackend final : public Backend {
       LaunchScope scope(launch_keys::matmul(o.w, n_tokens));
       launch = queue("matmul.q", o.w.type, o.w.data, o.w.rows, o.w.cols, o.w.row_stride, n_tokens, o.y, q);
     }
-    if (launch) cuda::matmul_quant(outs, xq, n_tokens, stream_);
+    if (launch) cuda::matmul_quant(outs, xq, n_tokens, sm_count_, stream_);
   }
 
   void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) override {
@@ -394,7 +394,7 @@ class CudaBackend final : public Backend {
   // Eager steps of many tokens go to the tensor cores; captured steps are
   // decode-sized and keep the kernels that match the CPU.
   bool on_tensor_cores(const WeightView& w, int64_t n_tokens) const {
-    return mode_ == Mode::Eager && n_tokens >= opts_.tensor_core_min_tokens && cuda::takes_tensor_cores(w.type);
+    return mode_ == Mode::Eager && n_tokens >= opts_.tensor_core_from(w.type) && cuda::takes_tensor_cores(w.type);
   }
 
   // Prefill-sized steps, eager only (captured steps are decode-sized).

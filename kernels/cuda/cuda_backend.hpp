@@ -17,10 +17,20 @@ namespace inferd::kernels {
 int cuda_device_count();
 
 struct CudaOptions {
-  // Steps of at least this many tokens multiply F16, BF16, Q4_0, Q4_1 and Q8_0
-  // weights on the tensor cores (cuBLAS, activations rounded to halves); fewer
-  // run the GEMV and tiled kernels that match the CPU backend's arithmetic.
+  // Eager steps of at least this many tokens multiply F16 and BF16 weights on
+  // the tensor cores (cuBLAS, activations rounded to halves); fewer run the
+  // GEMV and tiled kernels that match the CPU backend's arithmetic.
   int64_t tensor_core_min_tokens = 16;
+  // The same for Q4_0, Q4_1 and Q8_0 (dequantized to halves for cuBLAS). Below
+  // it the int8 tensor-core kernel, which matches the CPU's arithmetic too and
+  // was the faster up to 32 tokens on an H100 (docs/PERFORMANCE.md).
+  int64_t quantized_tensor_core_min_tokens = 33;
+
+  // The first token count that takes cuBLAS for weights of type t.
+  int64_t tensor_core_from(DType t) const {
+    const bool quantized = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0;
+    return quantized ? quantized_tensor_core_min_tokens : tensor_core_min_tokens;
+  }
 };
 
 // Throws std::runtime_error when `device` cannot be used.

@@ -28,7 +28,7 @@ struct QuantAct {
 void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, QuantAct out, cudaStream_t stream);
 // y[t][r] = row r of w . token t, from the quantized activations (Q4_0, Q4_1, Q8_0),
 // for each output; all weights of one type and row length (decode sizes: one launch).
-void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, cudaStream_t stream);
+void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count, cudaStream_t stream);
 // The same for F32, F16 and BF16 weights, from the float activations.
 void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream);
 

@@ -7,9 +7,9 @@
 // Decode-sized steps (up to kGemvTokens tokens) run a GEMV: one warp per weight
 // row, reading the row once for all tokens, which is what bounds decode (weight
 // bytes over memory bandwidth); weights that share their input (q, k and v) run
-// in one launch. Steps of up to kMmqTokens tokens run on the int8 tensor cores
-// (mmq_quant), larger ones a tiled dp4a GEMM of 64 rows x 64 tokens per block
-// through shared memory.
+// in one launch. Steps of up to kMmqTokens tokens (and large weights from 5
+// tokens) run on the int8 tensor cores (mmq_tile), larger ones a tiled dp4a
+// GEMM of 64 rows x 64 tokens per block through shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -80,6 +80,14 @@ __device__ inline void copy_async_16(void* shared, const void* global) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(global) : "memory");
 }
 __device__ inline void copy_async_wait() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
+__device__ inline void copy_async_8(void* shared, const void* global) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(to), "l"(global) : "memory");
+}
+// Closes this thread's group of copies; then waits until at most one group (the
+// newest) is still in flight: a two-stage pipeline.
+__device__ inline void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ inline void copy_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 __device__ inline float warp_sum(float v) {
 #pragma unroll
@@ -372,12 +380,11 @@ __global__ __launch_bounds__(256) void gemm_quant(const uint8_t* w, size_t row_s
     }
 }
 
-// Steps of 9 to 32 tokens (decode of many sequences, short prefill chunks) run
+// Steps of 9 to 64 tokens (decode of many sequences, short prefill chunks) run
 // on the int8 tensor cores: one mma (m16n8k32, s8 x s8 -> s32) multiplies a
 // 32-element block of 16 weight rows by 8 tokens, so the weights are read once,
 // as their quantized bytes, for all the step's tokens, and each block's integer
-// dot is scaled exactly as the GEMV scales it. A block takes 16 rows; its warps
-// split the rows' blocks and add their sums at the end.
+// dot is scaled exactly as the GEMV scales it.
 //
 // Fragments (PTX ISA, mma.m16n8k32 with 8-bit operands; g = lane / 4, c = lane % 4):
 // A (16 x 32, rows): a0 = row g, elements 4c..4c+3; a1 = row g+8, the same;
@@ -386,13 +393,6 @@ __global__ __launch_bounds__(256) void gemm_quant(const uint8_t* w, size_t row_s
 // D (16 x 8): d0, d1 = row g, tokens 2c and 2c+1; d2, d3 = row g+8.
 // In a 4-bit block, byte j holds element j (low nibble) and j+16 (high), so
 // one 4-byte load gives a lane both a0 and a2 of its row.
-// On an H100 (bench_cuda, q4_0, the 8B model's shapes) this takes 0.4-0.5x the
-// time of the dp4a tile at 9 to 32 tokens; at 64 it lost on two of four shapes.
-// Each warp still waits out a memory round trip per block it takes, so it is far
-// from the bandwidth bound: steps of 16 or more tokens outside a captured graph
-// still go to the tensor-core GEMM (matmul_tc.cu), faster here from 16 tokens up.
-constexpr int kMmqTokens = 32;
-constexpr int kMmqWarps = 4;
 
 __device__ inline void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -433,56 +433,174 @@ __device__ inline MmqRow load_mmq_row(const uint8_t* row, int64_t b, int c) {
   return r;
 }
 
-template <class Block, int NTILES>
-__global__ __launch_bounds__(32 * kMmqWarps) void mmq_quant(const uint8_t* w, size_t row_stride, int64_t rows,
-                                                            int64_t nb, const int8_t* xq, const float2* xdc,
-                                                            int n_tokens, float* y) {
-  grid_dependency();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-  const int64_t r0 = int64_t(blockIdx.x) * 16;
-  const uint8_t* row_lo = w + min(r0 + g, rows - 1) * row_stride;  // a missing row reads the last
-  const uint8_t* row_hi = w + min(r0 + g + 8, rows - 1) * row_stride;
-  float acc[NTILES][4];
+// A block takes 32 rows and every token, so each stage of activations it reads
+// from L2 serves 32 rows (about twice the stage's weight bytes at 32 tokens;
+// with 16 rows a block it was four times). Weights and activations go to shared
+// memory by cp.async in stages of KC blocks, the next stage in flight while the
+// warps multiply the current one. Warp w takes rows 16 (w % 2) .. +15 of the
+// block, half of its token tiles ((w / 2) % 2) and every SPLIT-th block of a
+// stage (w / 4). SPLIT is 4 where the grid has fewer than two blocks an SM
+// (4096 rows: 128 blocks), whose four warps alone could not hide the latency
+// of the shared-memory loads and tensor-core ops; 1 where there are blocks
+// enough (on an H100, 14336 rows ran faster so). The parts' sums are added in
+// a fixed order, so results do not depend on timing. Weight
+// rows are copied in 16-byte words from the boundary at or before them, as the
+// GEMV stages them (the backend rounds each weight allocation to 256 bytes).
+constexpr int kTileRows = 32;
+constexpr int kMmqTokens = 64;
+
+template <class Block, int KC>
+__host__ __device__ constexpr int tile_row_words() {
+  static_assert(KC * sizeof(Block) % 16 == 0, "a stage of a row must keep the row's offset in its first word");
+  return KC * int(sizeof(Block)) / 16 + 1;  // + the head before the row's first block
+}
+template <int KC>
+__host__ __device__ constexpr int tile_act_pitch() {
+  return KC * 32 + 16;  // bytes a token takes; the padding keeps the 8 tokens of a fragment in distinct banks
+}
+template <class Block, int NT, int KC>
+__host__ __device__ constexpr int tile_stage_bytes() {
+  return kTileRows * tile_row_words<Block, KC>() * 16 + NT * 8 * tile_act_pitch<KC>() + NT * 8 * KC * 8;
+}
+
+template <class Block, int NT, int KC, int SPLIT>
+__global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t row_stride, int64_t rows, int64_t nb,
+                                                const int8_t* xq, const float2* xdc, int n_tokens, float* y) {
+  grid_launch_dependents();
+  constexpr int kSize = sizeof(Block), kWords = tile_row_words<Block, KC>(), kPitch = tile_act_pitch<KC>();
+  constexpr int kWBytes = kTileRows * kWords * 16, kXBytes = NT * 8 * kPitch;
+  constexpr int kStage = tile_stage_bytes<Block, NT, KC>(), kTileThreads = 128 * SPLIT;
+  extern __shared__ uint4 tile_mem[];
+  auto* const smem = reinterpret_cast<uint8_t*>(tile_mem);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+  const int64_t r0 = int64_t(blockIdx.x) * kTileRows;
+  const int64_t n_chunks = (nb + KC - 1) / KC;
+  auto row_at = [&](int i) { return w + min(r0 + i, rows - 1) * row_stride; };  // a missing row reads the last
+  auto stage_weights = [&](int64_t ch, int s) {
+    const int n_blocks = static_cast<int>(min(int64_t(KC), nb - ch * KC));
+    uint8_t* dst = smem + s * kStage;
+    for (int e = tid; e < kTileRows * kWords; e += kTileThreads) {
+      const int i = e / kWords, k = e % kWords;
+      const uintptr_t first = reinterpret_cast<uintptr_t>(row_at(i) + ch * KC * kSize);
+      if (k < (int(first & 15) + n_blocks * kSize + 15) / 16)
+        copy_async_16(dst + (i * kWords + k) * 16, reinterpret_cast<const uint4*>(first & ~uintptr_t(15)) + k);
+    }
+  };
+  auto stage_acts = [&](int64_t ch, int s) {
+    const int n_blocks = static_cast<int>(min(int64_t(KC), nb - ch * KC));
+    uint8_t* dx = smem + s * kStage + kWBytes;
+    uint8_t* ds = dx + kXBytes;
+    for (int e = tid; e < NT * 8 * KC * 2; e += kTileThreads) {  // two 16-byte words a block
+      const int t = e / (KC * 2), k = e % (KC * 2);
+      if (t < n_tokens && k < n_blocks * 2) copy_async_16(dx + t * kPitch + k * 16, xq + (t * nb + ch * KC) * 32 + k * 16);
+    }
+    for (int e = tid; e < NT * 8 * KC; e += kTileThreads) {
+      const int t = e / KC, k = e % KC;
+      if (t < n_tokens && k < n_blocks) copy_async_8(ds + (t * KC + k) * 8, xdc + t * nb + ch * KC + k);
+    }
+  };
+  // The first stage's weights are requested before waiting for the kernel
+  // before this one (nothing writes weights); its activations after.
+  stage_weights(0, 0);
+  grid_wait();
+  stage_acts(0, 0);
+  copy_async_commit();
+  constexpr int kTiles = NT / 2;
+  const int rg = (warp % 2) * 16, first_tile = ((warp / 2) % 2) * kTiles, part = warp / 4;
+  const int head_lo = static_cast<int>(reinterpret_cast<uintptr_t>(row_at(rg + g)) & 15);
+  const int head_hi = static_cast<int>(reinterpret_cast<uintptr_t>(row_at(rg + g + 8)) & 15);
+  float acc[kTiles][4];
 #pragma unroll
-  for (int nt = 0; nt < NTILES; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  for (int64_t b = warp; b < nb; b += kMmqWarps) {
-    const MmqRow lo = load_mmq_row<Block>(row_lo, b, c), hi = load_mmq_row<Block>(row_hi, b, c);
-    const uint32_t a[4] = {lo.lo, hi.lo, lo.hi, hi.hi};
+  for (int u = 0; u < kTiles; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.0f;
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const int s = static_cast<int>(ch & 1);
+    if (ch + 1 < n_chunks) {
+      stage_weights(ch + 1, s ^ 1);
+      stage_acts(ch + 1, s ^ 1);
+    }
+    copy_async_commit();
+    copy_async_wait_all_but_newest();
+    __syncthreads();
+    const uint8_t* ws = smem + s * kStage;
+    const uint8_t* xs = ws + kWBytes;
+    const auto* ss = reinterpret_cast<const float2*>(xs + kXBytes);
+    const uint8_t* w_lo = ws + (rg + g) * kWords * 16 + head_lo;
+    const uint8_t* w_hi = ws + (rg + g + 8) * kWords * 16 + head_hi;
+    const int n_blocks = static_cast<int>(min(int64_t(KC), nb - ch * KC));
+    for (int j = part; j < n_blocks; j += SPLIT) {
+      const MmqRow lo = load_mmq_row<Block>(w_lo, j, c), hi = load_mmq_row<Block>(w_hi, j, c);
+      const uint32_t a[4] = {lo.lo, hi.lo, lo.hi, hi.hi};
 #pragma unroll
-    for (int nt = 0; nt < NTILES; ++nt) {
-      const int tb = nt * 8 + g, t0 = nt * 8 + 2 * c;  // the token this lane loads; its first result token
-      uint32_t b0 = 0, b1 = 0;
-      if (tb < n_tokens) {
-        const auto* q = reinterpret_cast<const uint32_t*>(xq + (int64_t(tb) * nb + b) * 32);
-        b0 = q[c], b1 = q[4 + c];
+      for (int u = 0; u < kTiles; ++u) {
+        const int tb = (first_tile + u) * 8 + g, t0 = (first_tile + u) * 8 + 2 * c;
+        uint32_t b0 = 0, b1 = 0;
+        if (tb < n_tokens) {
+          const auto* q = reinterpret_cast<const uint32_t*>(xs + tb * kPitch + j * 32);
+          b0 = q[c], b1 = q[4 + c];
+        }
+        int d[4] = {0, 0, 0, 0};
+        mma_s8(d, a, b0, b1);
+        const float2 s0 = t0 < n_tokens ? ss[t0 * KC + j] : make_float2(0.0f, 0.0f);
+        const float2 s1 = t0 + 1 < n_tokens ? ss[(t0 + 1) * KC + j] : make_float2(0.0f, 0.0f);
+        acc[u][0] += static_cast<float>(d[0]) * (lo.d * s0.x) + lo.k * s0.y;
+        acc[u][1] += static_cast<float>(d[1]) * (lo.d * s1.x) + lo.k * s1.y;
+        acc[u][2] += static_cast<float>(d[2]) * (hi.d * s0.x) + hi.k * s0.y;
+        acc[u][3] += static_cast<float>(d[3]) * (hi.d * s1.x) + hi.k * s1.y;
       }
-      int d[4] = {0, 0, 0, 0};
-      mma_s8(d, a, b0, b1);
-      const float2 s0 = t0 < n_tokens ? xdc[int64_t(t0) * nb + b] : make_float2(0.0f, 0.0f);
-      const float2 s1 = t0 + 1 < n_tokens ? xdc[int64_t(t0 + 1) * nb + b] : make_float2(0.0f, 0.0f);
-      acc[nt][0] += static_cast<float>(d[0]) * (lo.d * s0.x) + lo.k * s0.y;
-      acc[nt][1] += static_cast<float>(d[1]) * (lo.d * s1.x) + lo.k * s1.y;
-      acc[nt][2] += static_cast<float>(d[2]) * (hi.d * s0.x) + hi.k * s0.y;
-      acc[nt][3] += static_cast<float>(d[3]) * (hi.d * s1.x) + hi.k * s1.y;
+    }
+    __syncthreads();  // every warp is done with stage s before the next round's copies refill it
+  }
+  // Parts 1.. leave their sums in the (now free) stage memory; part 0 adds them in order.
+  auto* partial = reinterpret_cast<float*>(smem) + (warp % 4) * (SPLIT - 1) * kTiles * 4 * 32;
+  if (part > 0) {
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[((part - 1) * kTiles * 4 + u * 4 + i) * 32 + lane] = acc[u][i];
+  }
+  __syncthreads();
+  if (part > 0) return;
+  for (int k = 1; k < SPLIT; ++k)
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[u][i] += partial[((k - 1) * kTiles * 4 + u * 4 + i) * 32 + lane];
+#pragma unroll
+  for (int u = 0; u < kTiles; ++u) {
+    const int t0 = (first_tile + u) * 8 + 2 * c;
+    const int64_t r = r0 + rg + g;
+    if (r < rows) {
+      if (t0 < n_tokens) y[int64_t(t0) * rows + r] = acc[u][0];
+      if (t0 + 1 < n_tokens) y[int64_t(t0 + 1) * rows + r] = acc[u][1];
+    }
+    if (r + 8 < rows) {
+      if (t0 < n_tokens) y[int64_t(t0) * rows + r + 8] = acc[u][2];
+      if (t0 + 1 < n_tokens) y[int64_t(t0 + 1) * rows + r + 8] = acc[u][3];
     }
   }
-  __shared__ float partial[kMmqWarps][NTILES][4][32];
-#pragma unroll
-  for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][nt][i][lane] = acc[nt][i];
-  __syncthreads();
-  // Thread j of the block adds the warps' values of results j, j + 128, ...
-  for (int e = threadIdx.x; e < NTILES * 4 * 32; e += 32 * kMmqWarps) {
-    const int nt = e / 128, i = (e / 32) % 4, l = e % 32;
-    const int64_t r = r0 + l / 4 + (i >= 2 ? 8 : 0);
-    const int t = nt * 8 + 2 * (l % 4) + (i % 2);
-    if (r >= rows || t >= n_tokens) continue;
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kMmqWarps; ++k) s += partial[k][nt][i][l];
-    y[int64_t(t) * rows + r] = s;
-  }
+}
+
+// Launches mmq_tile for NT tiles of 8 tokens; stages of 16 blocks where two
+// fit the default 48 KB of shared memory a block, else 8 and the opt-in.
+template <class Block, int NT, int SPLIT>
+void launch_mmq_tile(const MatmulOut& o, int64_t nb, QuantAct x, int n, cudaStream_t stream) {
+  constexpr int KC = NT <= 4 ? 16 : 8;
+  constexpr int smem = 2 * tile_stage_bytes<Block, NT, KC>();
+  static_assert(4 * (SPLIT - 1) * NT / 2 * 4 * 32 * 4 <= smem, "the parts' sums fit the stage memory");
+  auto* kernel = mmq_tile<Block, NT, KC, SPLIT>;
+  static const bool sized = [&] {
+    if constexpr (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    return true;
+  }();
+  (void)sized;
+  launch_kernel(kernel, static_cast<unsigned>((o.w.rows + kTileRows - 1) / kTileRows), 128 * SPLIT, smem, stream,
+                static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n, o.y);
+}
+
+template <class Block, int NT>
+void launch_mmq_tile(const MatmulOut& o, int64_t nb, QuantAct x, int n, int sm_count, cudaStream_t stream) {
+  if ((o.w.rows + kTileRows - 1) / kTileRows < 2 * int64_t(sm_count)) launch_mmq_tile<Block, NT, 4>(o, nb, x, n, stream);
+  else launch_mmq_tile<Block, NT, 1>(o, nb, x, n, stream);
 }
 
 // Float weights: element loads by type.
@@ -636,7 +754,7 @@ int gemv_warps(int64_t nb) {
   return static_cast<int>(std::clamp<int64_t>((nb + kStageBlocks - 1) / kStageBlocks, 1, kGemvWarps));
 }
 
-// INFERD_CUDA_MMQ=0 sends 9 to 32 tokens to the dp4a tile instead, to compare.
+// INFERD_CUDA_MMQ=0 sends 9 to 64 tokens to the dp4a tile instead, to compare.
 bool mmq_enabled() {
   static const bool on = !env_is("INFERD_CUDA_MMQ", "0");
   return on;
@@ -651,20 +769,29 @@ dim3 gemm_grid(int64_t rows, int64_t n_tokens) {
 }
 
 template <class Block>
-void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, cudaStream_t stream) {
+void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count,
+                        cudaStream_t stream) {
   const int64_t nb = outs.front().w.cols / kQuantBlock;
   const int n = static_cast<int>(n_tokens);
-  if (n_tokens > kGemvTokens && n_tokens <= kMmqTokens && mmq_enabled()) {
-    auto* kernel = n <= 16 ? mmq_quant<Block, 2> : mmq_quant<Block, 4>;
-    for (const MatmulOut& o : outs)
-      launch_kernel(kernel, static_cast<unsigned>((o.w.rows + 15) / 16), 32 * kMmqWarps, 0, stream,
-                    static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n, o.y);
-    return;
+  // From 5 tokens on, a weight of enough rows for half as many int8 blocks as
+  // SMs (4096 rows on an H100) is faster on the int8 kernel than in the GEMV
+  // (bench_cuda, 8 tokens, 4096 x 4096: 16.2 against 20.5 us); smaller ones
+  // (1024 rows: 15.3 against 9.9) stay in the GEMV up to 8 tokens.
+  auto on_mmq = [&](const MatmulOut& o) {
+    if (n_tokens > kMmqTokens || n_tokens <= 4 || !mmq_enabled()) return false;
+    return n_tokens > kGemvTokens || 2 * ((o.w.rows + kTileRows - 1) / kTileRows) >= sm_count;
+  };
+  for (const MatmulOut& o : outs) {
+    if (!on_mmq(o)) continue;
+    if (n <= 16) launch_mmq_tile<Block, 2>(o, nb, x, n, sm_count, stream);
+    else if (n <= 32) launch_mmq_tile<Block, 4>(o, nb, x, n, sm_count, stream);
+    else launch_mmq_tile<Block, 8>(o, nb, x, n, sm_count, stream);
   }
   if (n_tokens > kGemvTokens) {
-    for (const MatmulOut& o : outs)
-      launch_kernel(gemm_quant<Block>, gemm_grid(o.w.rows, n_tokens), 256, 0, stream,
-                    static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n_tokens, o.y);
+    if (n_tokens > kMmqTokens || !mmq_enabled())
+      for (const MatmulOut& o : outs)
+        launch_kernel(gemm_quant<Block>, gemm_grid(o.w.rows, n_tokens), 256, 0, stream,
+                      static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n_tokens, o.y);
     return;
   }
   // Decode (one or two tokens) takes 4 rows a block, so a block streams twice the
@@ -676,14 +803,16 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
                  : n <= 2 ? (rows_per_block == 4 ? gemv_quant<Block, 2, 4> : gemv_quant<Block, 2, kGemvRows>)
                  : n <= 4 ? gemv_quant<Block, 4, kGemvRows>
                           : gemv_quant<Block, 8, kGemvRows>;
-  for (size_t first = 0; first < outs.size(); first += kMaxSegs) {
+  for (size_t i = 0; i < outs.size();) {  // the weights left, up to kMaxSegs a launch
     GemvSegs segs{};
     unsigned blocks = 0;
-    for (size_t i = first; i < std::min(outs.size(), first + kMaxSegs); ++i) {
+    for (; i < outs.size() && segs.n < kMaxSegs; ++i) {
+      if (on_mmq(outs[i])) continue;
       const WeightView& w = outs[i].w;
       segs.s[segs.n++] = GemvSeg{static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, outs[i].y, blocks};
       blocks += static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
     }
+    if (segs.n == 0) break;
     const int warps = gemv_warps(nb);
     const size_t smem = size_t(warps) * rows_per_block * stage_words<Block>() * sizeof(uint4);
     launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, n);
@@ -717,12 +846,12 @@ void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, 
   check_launch("matmul: quantize activations");
 }
 
-void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, cudaStream_t stream) {
+void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count, cudaStream_t stream) {
   if (outs.empty()) return;
   switch (outs.front().w.type) {
-    case DType::Q4_0: matmul_quant_typed<BlockQ4_0>(outs, x, n_tokens, stream); break;
-    case DType::Q4_1: matmul_quant_typed<BlockQ4_1>(outs, x, n_tokens, stream); break;
-    case DType::Q8_0: matmul_quant_typed<BlockQ8_0>(outs, x, n_tokens, stream); break;
+    case DType::Q4_0: matmul_quant_typed<BlockQ4_0>(outs, x, n_tokens, sm_count, stream); break;
+    case DType::Q4_1: matmul_quant_typed<BlockQ4_1>(outs, x, n_tokens, sm_count, stream); break;
+    case DType::Q8_0: matmul_quant_typed<BlockQ8_0>(outs, x, n_tokens, sm_count, stream); break;
     default: throw std::invalid_argument("matmul_quant: not a quantized weight type");
   }
   check_launch("matmul");

@@ -40,7 +40,8 @@ Backend& gpu() {
 // The same kernels with the tensor-core GEMM off: what a captured step runs at
 // any token count (the int8 tensor-core kernel up to 64 tokens, then the tile).
 Backend& gpu_no_tc() {
-  static std::unique_ptr<Backend> b = make_cuda_backend(0, CudaOptions{.tensor_core_min_tokens = INT64_MAX});
+  static std::unique_ptr<Backend> b = make_cuda_backend(
+      0, CudaOptions{.tensor_core_min_tokens = INT64_MAX, .quantized_tensor_core_min_tokens = INT64_MAX});
   return *b;
 }
 
@@ -182,7 +183,6 @@ TEST_CASE("matmul matches the CPU for every weight type, decode and prefill toke
   struct Shape {
     int64_t rows, cols;
   };
-  const int64_t tc_from = CudaOptions{}.tensor_core_min_tokens;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
     // Rows for thousands of GEMV blocks, rows of several stages per warp, and
     // (4100 x 8192) more rows than one slab of dequantized weights.
@@ -195,9 +195,9 @@ TEST_CASE("matmul matches the CPU for every weight type, decode and prefill toke
       for (int64_t r = 0; r < s.rows; ++r) all[r] = static_cast<int32_t>(r);
       cpu().get_rows(w.host, all.data(), s.rows, table.data());
       const WeightView exact{DType::F32, table.data(), s.rows, s.cols, size_t(s.cols) * 4};
-      for (int64_t n : {1, 2, 3, 8, 9, 16, 31, 64, 100}) {
+      for (int64_t n : {1, 2, 3, 8, 9, 16, 31, 40, 64, 100}) {
         const auto x = random_floats(n * s.cols, 31 + uint32_t(n));
-        const bool tensor_cores = n >= tc_from && t != DType::F32 && s.cols % 32 == 0;
+        const bool tensor_cores = n >= CudaOptions{}.tensor_core_from(t) && t != DType::F32 && s.cols % 32 == 0;
         std::vector<float> want(n * s.rows);
         cpu().matmul(tensor_cores ? exact : w.host, x.data(), n, want.data());
         Buffer dx = to_gpu(x);
