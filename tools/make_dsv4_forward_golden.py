@@ -14,7 +14,11 @@ own kernels. Where transformers and the architecture spec could differ:
 - the routing weight: the spec multiplies it in before w2, transformers after;
   w2 is linear, so in float32 the two agree to rounding;
 - the sliding window: a query at i reads i - window + 1 .. i (window tokens,
-  itself included), the spec's max(0, i - 127) .. i for a window of 128.
+  itself included), the spec's max(0, i - 127) .. i for a window of 128;
+- ties in the indexer's top-k: its scores are sums of ReLUs, so several
+  entries often score exactly 0, and torch.topk breaks such ties in no defined
+  order. The reference is patched to prefer the lower entry index, the order
+  the engine uses (see prefer_lower_index_on_ties; no nonzero score changes).
 A prompt of PROMPT_LEN tokens exercises every path of the checkpoint: the
 window of 16, ratio-4 compressed entries with the indexer's top 4 of up to 40,
 and one ratio-128 entry (positions 127 on).
@@ -112,6 +116,21 @@ def hf_state_dict(w, cfg):
     return sd
 
 
+def prefer_lower_index_on_ties(mod):
+    """Subtracts index * 1e-30 from the indexer's scores: exact ties (at 0, after
+    the ReLU) go to the lower index, and no other score moves (1e-30 * index is
+    far below a float32 ulp of any score of this model's size, asserted)."""
+    score = mod.DeepseekV4IndexerScorer.forward
+
+    def forward(self, q, compressed_kv, hidden_states):
+        s = score(self, q, compressed_kv, hidden_states)
+        nudged = s - torch.arange(s.shape[-1], dtype=s.dtype) * 1e-30
+        assert torch.equal(nudged[s != 0], s[s != 0])
+        return nudged
+
+    mod.DeepseekV4IndexerScorer.forward = forward
+
+
 def main():
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
     from transformers.models.deepseek_v4 import modeling_deepseek_v4 as mod
@@ -132,6 +151,8 @@ def main():
     assert config.rope_parameters["main"]["rope_type"] == "default"
     assert config.rope_parameters["compress"]["rope_type"] == "yarn"
     assert config.rope_parameters["compress"].get("attention_factor", 1.0) == 1.0
+
+    prefer_lower_index_on_ties(mod)
 
     g = torch.Generator().manual_seed(SEED)
     tokens = torch.randint(2, cfg["vocab_size"], (1, PROMPT_LEN), generator=g)
