@@ -23,22 +23,8 @@ namespace {
 
 DeepseekV4Config read_config(const JsonFile& c) {
   DeepseekV4Config d;
-  d.hidden = c.need_int("hidden_size");
-  d.layers = c.need_int("num_hidden_layers");
-  d.heads = c.need_int("num_attention_heads");
-  d.head_dim = c.need_int("head_dim");
+  static_cast<DeepseekV4Dims&>(d) = read_deepseek_v4_dims(c);
   d.rope_dim = c.need_int("qk_rope_head_dim");
-  d.q_lora = c.need_int("q_lora_rank");
-  d.o_lora = c.need_int("o_lora_rank");
-  d.o_groups = c.need_int("o_groups");
-  d.vocab = c.need_int("vocab_size");
-  d.experts = c.need_int("n_routed_experts");
-  d.experts_per_tok = c.need_int("num_experts_per_tok");
-  d.moe_inter = c.need_int("moe_intermediate_size");
-  d.hash_layers = c.get_int("num_hash_layers").value_or(0);
-  d.hc = c.need_int("hc_mult");
-  d.index_heads = c.need_int("index_n_heads");
-  d.index_head_dim = c.need_int("index_head_dim");
   d.index_topk = c.need_int("index_topk");
   d.window = c.need_int("sliding_window");
   d.ratios = c.get_ints("compress_ratios").value_or(std::vector<int64_t>{});

@@ -24,14 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/models/deepseek_v4_schema.hpp"
 #include "kernels/backend.hpp"
 
 namespace inferd::engine {
 
-struct DeepseekV4Config {
-  int64_t hidden = 0, layers = 0, heads = 0, head_dim = 0, rope_dim = 0, q_lora = 0, o_lora = 0, o_groups = 0;
-  int64_t vocab = 0, experts = 0, experts_per_tok = 0, moe_inter = 0, hash_layers = 0, hc = 0;
-  int64_t index_heads = 0, index_head_dim = 0, index_topk = 0, window = 0;
+struct DeepseekV4Config : DeepseekV4Dims {
+  int64_t rope_dim = 0, index_topk = 0, window = 0;
   std::vector<int64_t> ratios;  // compress_ratios of the layers: 0 window only, 4 with the indexer, else heavy
   float routed_scale = 1, swiglu_limit = 0, hc_eps = 1e-6f, norm_eps = 1e-6f;
   int sinkhorn_iters = 20;

@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf_reader.hpp"  // LoadError
 #include "engine/models/deepseek_v4.hpp"
 #include "tests/unit/dsv4_golden.hpp"
+#include "tests/unit/golden_runner.hpp"
+#include "tests/unit/safetensors_scratch.hpp"
 #include "tests/unit/test_paths.hpp"
 
 using namespace inferd;
@@ -75,4 +78,25 @@ TEST_CASE("deepseek_v4 prefill refuses a token outside the vocabulary") {
   const auto model = engine::DeepseekV4::load(fixture(), *backend);
   const std::vector<int32_t> tokens{1, int32_t(model->config().vocab)};
   CHECK_THROWS_WITH_AS(model->prefill(tokens), doctest::Contains("outside the vocabulary"), std::invalid_argument);
+}
+
+TEST_CASE("deepseek_v4 load refuses what it cannot run, naming the file and the key or tensor") {
+  const auto backend = kernels::make_cpu_backend(1);
+  test_scratch::Scratch s(fixture(), "dsv4fwd");
+  const std::string config = test_golden::read_text(s.path("config.json"));
+
+  SUBCASE("rope_scaling of another type") {
+    std::string edited = config;
+    const std::string yarn = "\"type\": \"yarn\"";
+    REQUIRE(edited.find(yarn) != std::string::npos);
+    edited.replace(edited.find(yarn), yarn.size(), "\"type\": \"linear\"");
+    test_scratch::write_text(s.path("config.json"), edited);
+    CHECK_THROWS_WITH_AS(engine::DeepseekV4::load(s.path(), *backend),
+                         doctest::Contains("key 'rope_scaling.type': only \"yarn\" is supported"), engine::LoadError);
+  }
+  SUBCASE("a checkpoint that fails the gate") {
+    std::filesystem::remove(s.path("model-00002-of-00003.safetensors"));
+    CHECK_THROWS_WITH_AS(engine::DeepseekV4::load(s.path(), *backend),
+                         doctest::Contains("model-00002-of-00003.safetensors"), engine::LoadError);
+  }
 }
