@@ -83,7 +83,9 @@ struct Layer {
   std::vector<float> attn_norm, ffn_norm, q_norm, kv_norm, sinks;
   std::vector<float> hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
   Linear wq_a, wq_b, wkv, wo_b;
-  std::vector<float> wo_a;  // dequantized [o_groups * o_lora][heads * head_dim / o_groups], as the reference holds it
+  // Dequantized [o_groups * o_lora][heads * head_dim / o_groups], as the
+  // reference holds it (BF16 there; float32 here, 128 MB a layer at V4-Flash's size).
+  std::vector<float> wo_a;
   TailRope rope, index_rope;
   std::optional<Compressor> compressor, index_compressor;
   Linear index_wq_b, index_weights;
