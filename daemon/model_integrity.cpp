@@ -71,8 +71,8 @@ void gate_model_structure(const Config& cfg, const std::function<void(const std:
     throw std::runtime_error(fmt::format("checkpoint gate: {}{}", r.problems.front(),
                                          n > 1 ? fmt::format(" (and {} more problems, see the log)", n - 1) : ""));
   }
-  throw std::runtime_error(fmt::format("checkpoint gate passed ({}), but the {} forward pass is not implemented yet: "
-                                       "inferd cannot serve {}",
+  throw std::runtime_error(fmt::format("checkpoint gate passed ({}), but {} checkpoints are not served yet: "
+                                       "only the CPU prefill of one prompt runs, not decoding: inferd cannot serve {}",
                                        fmt::join(r.lines, "; "), type, model));
 }
 

@@ -166,12 +166,17 @@ def main():
 
     moe_case(g, add)
 
+    write_records(OUT, records)
+
+
+def write_records(path, records):
+    """records: [(name, tensor)] in the format above."""
     names = {torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64", torch.float32: "f32", torch.float64: "f64"}
-    with open(OUT, "wb") as f:
+    with open(path, "wb") as f:
         for name, t in records:
             f.write(f"{name} {names[t.dtype]} {' '.join(str(d) for d in t.shape)}\n".encode())
-            f.write(t.numpy().tobytes())
-    print(f"wrote {OUT}: {len(records)} arrays")
+            f.write(t.contiguous().numpy().tobytes())
+    print(f"wrote {path}: {len(records)} arrays")
 
 
 if __name__ == "__main__":

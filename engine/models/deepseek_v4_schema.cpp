@@ -1,24 +1,9 @@
 #include "engine/models/deepseek_v4_schema.hpp"
 
 namespace inferd::engine {
-namespace {
 
-// The config's dimensions, each read once (JsonFile names the key on error).
-struct Dims {
-  int64_t hidden, layers, heads, head_dim, q_lora, o_lora, o_groups, vocab;
-  int64_t experts, experts_per_tok, moe_inter, shared_inter, hash_layers, hc;
-  int64_t index_heads, index_head_dim;
-  std::vector<int64_t> ratios;  // one per layer, then one per draft stage
-  int64_t stages;
-  std::string linear_dtype, scale_dtype;  // scale_dtype "": no scales
-  int64_t block_out, block_in;
-  bool fp4_experts;
-  // DSpark; markov_rank 0 when the draft stages are a NextN head.
-  int64_t markov_rank = 0, taps = 0;
-};
-
-Dims read_dims(const JsonFile& c) {
-  Dims d{};
+DeepseekV4Dims read_deepseek_v4_dims(const JsonFile& c) {
+  DeepseekV4Dims d;
   d.hidden = c.need_int("hidden_size");
   d.layers = c.need_int("num_hidden_layers");
   d.heads = c.need_int("num_attention_heads");
@@ -30,7 +15,6 @@ Dims read_dims(const JsonFile& c) {
   d.experts = c.need_int("n_routed_experts");
   d.experts_per_tok = c.need_int("num_experts_per_tok");
   d.moe_inter = c.need_int("moe_intermediate_size");
-  d.shared_inter = d.moe_inter * c.get_int("n_shared_experts").value_or(1);
   d.hash_layers = c.get_int("num_hash_layers").value_or(0);
   d.hc = c.need_int("hc_mult");
   d.index_heads = c.need_int("index_n_heads");
@@ -38,6 +22,27 @@ Dims read_dims(const JsonFile& c) {
   if (d.heads % d.o_groups != 0) c.fail("o_groups", std::to_string(d.o_groups) + " does not divide num_attention_heads");
   if (d.hash_layers < 0 || d.hash_layers > d.layers) c.fail("num_hash_layers", "out of range");
   if (d.experts_per_tok > d.experts) c.fail("num_experts_per_tok", "more than n_routed_experts");
+  return d;
+}
+
+namespace {
+
+// The config's dimensions, each read once (JsonFile names the key on error).
+struct Dims : DeepseekV4Dims {
+  int64_t shared_inter;
+  std::vector<int64_t> ratios;  // one per layer, then one per draft stage
+  int64_t stages;
+  std::string linear_dtype, scale_dtype;  // scale_dtype "": no scales
+  int64_t block_out, block_in;
+  bool fp4_experts;
+  // DSpark; markov_rank 0 when the draft stages are a NextN head.
+  int64_t markov_rank = 0, taps = 0;
+};
+
+Dims read_dims(const JsonFile& c) {
+  Dims d{};
+  static_cast<DeepseekV4Dims&>(d) = read_deepseek_v4_dims(c);
+  d.shared_inter = d.moe_inter * c.get_int("n_shared_experts").value_or(1);
 
   d.ratios = c.get_ints("compress_ratios").value_or(std::vector<int64_t>{});
   if (static_cast<int64_t>(d.ratios.size()) < d.layers)

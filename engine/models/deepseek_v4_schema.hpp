@@ -28,6 +28,15 @@
 
 namespace inferd::engine {
 
+// The dimensions the schema and the forward pass (deepseek_v4.hpp) both read.
+struct DeepseekV4Dims {
+  int64_t hidden = 0, layers = 0, heads = 0, head_dim = 0, q_lora = 0, o_lora = 0, o_groups = 0, vocab = 0;
+  int64_t experts = 0, experts_per_tok = 0, moe_inter = 0, hash_layers = 0, hc = 0;
+  int64_t index_heads = 0, index_head_dim = 0;
+};
+// Throws LoadError naming config.json and the key that is missing or out of range.
+DeepseekV4Dims read_deepseek_v4_dims(const JsonFile& config);
+
 struct ParamSpec {
   std::string name;
   std::string dtype;  // safetensors dtype name

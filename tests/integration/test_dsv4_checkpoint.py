@@ -1,7 +1,7 @@
 """The DeepSeek-V4 checkpoint gate with the real daemon, on copies of
 tests/golden/dsv4-tiny (tools/make_dsv4_checkpoint.py): a copy with a SHA256SUMS
 is hashed, then passes the gate ("N/N params", "M/M draft params") and stops
-start-up because the deepseek_v4 forward pass is not implemented yet; a copy
+start-up because deepseek_v4 checkpoints are not served yet (no decoding); a copy
 with one tensor's dtype changed in its shard's header fails the gate naming the
 shard and the tensor. Both exit 1 without leaving Loading. `inferctl
 check-model` prints the same lines and exits 0 and 1."""
@@ -44,7 +44,7 @@ def test_a_valid_checkpoint_passes_the_gate_then_is_refused_as_not_implemented(t
     assert "checkpoint integrity: 5 files" in out, out[-4000:]
     assert "checkpoint gate: 3/3 shards readable, headers consistent (466 tensors)" in out, out[-4000:]
     assert "checkpoint gate: 297/297 params" in out and "checkpoint gate: 169/169 draft params" in out, out[-4000:]
-    assert "the deepseek_v4 forward pass is not implemented yet" in out, out[-4000:]
+    assert "deepseek_v4 checkpoints are not served yet" in out, out[-4000:]
     assert "Loading -> Failed" in out and "model loaded" not in out, out[-4000:]
 
     r = subprocess.run([str(INFERCTL), "check-model", str(model)], capture_output=True, text=True, timeout=60)

@@ -1,5 +1,7 @@
-// The arrays of tests/golden/dsv4_quant.bin (tools/make_dsv4_quant_golden.py):
-// DeepSeek-V4's scaled weight formats and routed experts as PyTorch computes them.
+// The arrays of DeepSeek-V4's goldens: tests/golden/dsv4_quant.bin
+// (tools/make_dsv4_quant_golden.py: the scaled weight formats and routed experts
+// as PyTorch computes them) and tests/golden/dsv4_forward.bin
+// (tools/make_dsv4_forward_golden.py: a prefill through transformers' model).
 // Each is a text line "name dtype dim...", then its raw little-endian bytes.
 #pragma once
 #include <cstdint>
@@ -25,34 +27,35 @@ struct Array {
   int64_t dim(size_t i) const { return shape.at(i); }
 };
 
-inline const std::map<std::string, Array>& arrays() {
-  static const std::map<std::string, Array> all = [] {
-    const char* dir = std::getenv("INFERD_SOURCE_DIR");
-    const std::string path = std::string(dir ? dir : INFERD_TEST_SOURCE_DIR) + "/tests/golden/dsv4_quant.bin";
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    std::map<std::string, Array> out;
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string name, dtype;
-      fields >> name >> dtype;
-      Array a;
-      size_t n = dtype == "u8" ? 1 : dtype == "f32" || dtype == "i32" ? 4 : 8;
-      for (int64_t d; fields >> d;) a.shape.push_back(d), n *= static_cast<size_t>(d);
-      a.bytes.resize(n);
-      if (!in.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(n)))
-        throw std::runtime_error(path + ": array " + name + " truncated");
-      out[name] = std::move(a);
-    }
-    return out;
-  }();
-  return all;
+inline std::map<std::string, Array> read_arrays(const std::string& file) {
+  const char* dir = std::getenv("INFERD_SOURCE_DIR");
+  const std::string path = std::string(dir ? dir : INFERD_TEST_SOURCE_DIR) + "/tests/golden/" + file;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::map<std::string, Array> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name, dtype;
+    fields >> name >> dtype;
+    Array a;
+    size_t n = dtype == "u8" ? 1 : dtype == "f32" || dtype == "i32" ? 4 : 8;
+    for (int64_t d; fields >> d;) a.shape.push_back(d), n *= static_cast<size_t>(d);
+    a.bytes.resize(n);
+    if (!in.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(n)))
+      throw std::runtime_error(path + ": array " + name + " truncated");
+    out[name] = std::move(a);
+  }
+  return out;
 }
 
-inline const Array& array(const std::string& name) {
-  const auto it = arrays().find(name);
-  if (it == arrays().end()) throw std::runtime_error("tests/golden/dsv4_quant.bin has no array " + name);
+// `file` in tests/golden, read once.
+inline const Array& array(const std::string& name, const std::string& file = "dsv4_quant.bin") {
+  static std::map<std::string, std::map<std::string, Array>> files;
+  auto f = files.find(file);
+  if (f == files.end()) f = files.emplace(file, read_arrays(file)).first;
+  const auto it = f->second.find(name);
+  if (it == f->second.end()) throw std::runtime_error("tests/golden/" + file + " has no array " + name);
   return it->second;
 }
 
