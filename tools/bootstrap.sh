@@ -14,7 +14,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 PY=${PYTHON:-python3}
-$PY -c 'import openai, pytest, requests, jsonschema' 2>/dev/null || $PY -m pip install -q openai pytest requests jsonschema
+$PY -c 'import openai, pytest, xdist, requests, jsonschema' 2>/dev/null ||
+  $PY -m pip install -q openai pytest pytest-xdist requests jsonschema
 # pytest from pip may land outside PATH (a user install); expose it where meson looks.
 command -v pytest >/dev/null || { mkdir -p "$HOME/.local/bin"; printf '#!/bin/sh\nexec %s -m pytest "$@"\n' "$PY" > "$HOME/.local/bin/pytest"; chmod +x "$HOME/.local/bin/pytest"; }
 

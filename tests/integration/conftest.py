@@ -85,17 +85,30 @@ def admin_key_file(key):
 
 _ports_given = set()
 
+# Under pytest-xdist (`-n N`, as meson's `integration` test runs) each worker
+# takes only the ports p with p / 2 of its own residue modulo N (Linux offers
+# bind() even ports), so two workers never hand out the same port before
+# either daemon has bound it.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "serial: changes what the whole machine sees (its free memory); meson's "
+        "`integration_serial` runs these alone, after the tests that run two at a time")
+
 
 def free_port(count=1):
     """A loopback port free now and not handed out before in this run (the
     kernel may offer a port again once its probe socket closes, before the
     daemon it was meant for has bound it); with count, the ports after it too."""
-    for _ in range(100):
+    for _ in range(1000):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         ports = range(port, port + count)
-        if any(p in _ports_given for p in ports):
+        if port // 2 % _WORKERS != _WORKER or any(p in _ports_given for p in ports):
             continue
         try:
             for p in ports[1:]:

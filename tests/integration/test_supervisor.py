@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import pytest
 import requests
 
 from conftest import INFERCTL, default_model, faults_built_in, metric, needs_faults, write_proc
@@ -262,6 +263,7 @@ def mem_available():
             return int(line.split()[1]) * 1024
 
 
+@pytest.mark.serial
 def test_real_memory_pressure_sheds_until_released(start_daemon, tmp_path):
     # Floors just under what is free now, so a child taking a few GiB crosses them.
     avail = mem_available()

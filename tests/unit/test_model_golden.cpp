@@ -95,7 +95,7 @@ struct Runner {
 
 }  // namespace
 
-TEST_CASE("exact precision matches transformers float32 on the default model") {
+TEST_CASE("exact precision matches transformers float32 on the default model" * doctest::test_suite("whole_model")) {
   Runner r(engine::Precision::Exact);
   const auto golden = load_golden("model_f32.json");
   for (const auto& cv : golden.at("cases").as_array()) {
@@ -123,7 +123,7 @@ TEST_CASE("exact precision matches transformers float32 on the default model") {
   }
 }
 
-TEST_CASE("fast precision stays within quantization noise of llama.cpp") {
+TEST_CASE("fast precision stays within quantization noise of llama.cpp" * doctest::test_suite("whole_model")) {
   Runner r(engine::Precision::Fast);
   int steps = 0, agree = 0;
   const auto golden = load_golden("model.json");

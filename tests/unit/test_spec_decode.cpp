@@ -263,7 +263,7 @@ EngineOptions engine_options(bool speculate) {
 
 }  // namespace
 
-TEST_CASE("speculative decoding: greedy output equals decoding one token a step, alone and batched") {
+TEST_CASE("speculative decoding: greedy output equals decoding one token a step, alone and batched" * doctest::test_suite("whole_model")) {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<test_engine::Generated> want_alone, want_batch;
   {

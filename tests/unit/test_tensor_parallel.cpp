@@ -167,12 +167,12 @@ void compare(const std::string& path, engine::Precision p, int n, float tol, int
 
 }  // namespace
 
-TEST_CASE("tensor parallel: exact precision at TP=2 (uneven heads) and TP=3 gives the whole model's logits") {
+TEST_CASE("tensor parallel: exact precision at TP=2 (uneven heads) and TP=3 gives the whole model's logits" * doctest::test_suite("whole_model")) {
   compare(test_paths::default_model(), engine::Precision::Exact, 2, 1e-3f, 100);
   compare(test_paths::default_model(), engine::Precision::Exact, 3, 1e-3f, 100);
 }
 
-TEST_CASE("tensor parallel: fast precision at TP=2 and TP=3 agrees with the whole model up to int8 rounding") {
+TEST_CASE("tensor parallel: fast precision at TP=2 and TP=3 agrees with the whole model up to int8 rounding" * doctest::test_suite("whole_model")) {
   compare(test_paths::default_model(), engine::Precision::Fast, 2, 3.0f, 90);
   compare(test_paths::default_model(), engine::Precision::Fast, 3, 3.0f, 90);
 }

@@ -137,7 +137,7 @@ TEST_CASE("warm-up plan: a burst too small for its decode buckets is named") {
   CHECK(std::find(missing.begin(), missing.end(), "decode batch bucket 16") != missing.end());
 }
 
-TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys") {
+TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys" * doctest::test_suite("whole_model")) {
   engine::EngineOptions o;
   o.model_path = test_paths::default_model();
   o.threads = 2;
