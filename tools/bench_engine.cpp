@@ -34,12 +34,14 @@ double median(std::vector<double> v) {
 constexpr const char* kUsage =
     "usage: inferctl bench engine [--model PATH] [--threads N] [--n-prompt 128,512] [--n-gen 128]\n"
     "                             [--n-depth 0] [--batch 8] [--repetitions 3] [--device cpu|cuda[:N]]\n"
-    "                             [--cuda-graph-sizes 1,2,4,8] [--enforce-eager]\n"
+    "                             [--cuda-graph-sizes 1,2,4,8] [--enforce-eager] [--drafts 1,3,5]\n"
     "The engine alone, as JSON: prefill tok/s at each prompt length; decode tok/s at batch 1, n-gen\n"
     "tokens after n-depth tokens already in the KV cache (llama-bench's tg with -d); and the\n"
     "aggregate of --batch streams decoding together. Median of --repetitions runs; seeded random\n"
     "token ids. --device cuda runs on CUDA device N (default 0), in builds with CUDA; there decode\n"
-    "steps of --cuda-graph-sizes run as CUDA graphs (as inferd's), unless --enforce-eager.\n";
+    "steps of --cuda-graph-sizes run as CUDA graphs (as inferd's), unless --enforce-eager.\n"
+    "--drafts K,...: also the time of a speculative verify step of one stream (its last token and K\n"
+    "drafts, logits at each of the 1 + K positions) against a decode step's, at the same depths.\n";
 
 }  // namespace
 
@@ -49,7 +51,7 @@ int cmd_bench_engine(const Args& args) {
     return 0;
   }
   args.allow_only({"model", "threads", "repetitions", "n-gen", "n-depth", "batch", "n-prompt", "device",
-                   "cuda-graph-sizes", "enforce-eager"});
+                   "cuda-graph-sizes", "enforce-eager", "drafts"});
   const std::string model_path = args.get("model", default_model_path());
   const int threads = args.get_int("threads", 0);
   const int reps = args.get_int("repetitions", 3);
@@ -58,6 +60,12 @@ int cmd_bench_engine(const Args& args) {
   const int depth = std::max(0, args.get_int("n-depth", 0));
   std::vector<int> prompts;
   for (const auto& p : args.get_list("n-prompt", {"128", "512"})) prompts.push_back(std::stoi(p));
+  std::vector<int> drafts;
+  for (const auto& d : args.get_list("drafts", {})) {
+    drafts.push_back(std::stoi(d));
+    if (drafts.back() < 1) throw std::invalid_argument("--drafts: each must be at least 1, got " + d);
+  }
+  const int most_drafts = drafts.empty() ? 0 : *std::max_element(drafts.begin(), drafts.end());
   std::vector<int> graph_sizes;
   if (args.get("enforce-eager", "false") != "true")
     for (const auto& g : args.get_list("cuda-graph-sizes", {"1", "2", "4", "8"})) graph_sizes.push_back(std::stoi(g));
@@ -69,7 +77,7 @@ int cmd_bench_engine(const Args& args) {
   auto model = engine::load_model(*file, *backend);
   const auto& mc = model->config();
   const int max_prompt = *std::max_element(prompts.begin(), prompts.end());
-  const int ctx = std::max(max_prompt, depth + n_gen) + 16;
+  const int ctx = std::max(max_prompt, depth + n_gen + most_drafts) + 16;
   const int bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
   engine::KvGeometry g{mc.n_layers, mc.n_kv_heads, mc.head_dim, bs, blocks_per_seq * std::max(batch, 1),
                        kernels::DType::F16};
@@ -88,9 +96,10 @@ int cmd_bench_engine(const Args& args) {
   boost::json::object out{{"model", model_path}, {"backend", backend->name()}, {"threads", backend->threads()},
                           {"graph_sizes", graphs}};
 
-  // One step: stream s feeds n random tokens from position `start`.
+  // One step: stream s feeds n random tokens from position `start`, the last
+  // `n_drafts` of them as drafts (logits at each).
   uint64_t step_no = 0;
-  auto run = [&](int streams, int start, int n) {
+  auto run = [&](int streams, int start, int n, int n_drafts = 0) {
     engine::StepPlan plan;
     plan.step = ++step_no;
     for (int s = 0; s < streams; ++s) {
@@ -100,6 +109,7 @@ int cmd_bench_engine(const Args& args) {
       for (int i = 0; i < n; ++i) q.tokens.push_back(tok(rng));
       q.block_table = tables[s];
       q.sample = true;
+      q.num_drafts = n_drafts;
       plan.seqs.push_back(std::move(q));
     }
     exec.execute(plan, logits);
@@ -139,18 +149,29 @@ int cmd_bench_engine(const Args& args) {
       plan.seqs.push_back(std::move(q));
       exec.execute(plan, logits);
     }
-  auto decode_run = [&](int streams) {
+  // Steps per second of n_gen steps, each feeding 1 + k tokens per stream
+  // (k drafts), the next step one position on as after a rejected draft.
+  auto steps_per_s = [&](int streams, int k) {
     std::vector<double> rates;
     for (int r = 0; r < reps; ++r) {
       auto t0 = Clock::now();
-      for (int i = 0; i < n_gen; ++i) run(streams, depth + i, 1);
-      rates.push_back(double(n_gen) * streams / seconds_since(t0));
+      for (int i = 0; i < n_gen; ++i) run(streams, depth + i, 1 + k, k);
+      rates.push_back(double(n_gen) / seconds_since(t0));
     }
     return median(rates);
   };
-  out["decode"] = {{"n_gen", n_gen}, {"n_depth", depth}, {"batch", 1}, {"tokens_per_s", decode_run(1)}};
+  const double decode_steps = steps_per_s(1, 0);
+  out["decode"] = {{"n_gen", n_gen}, {"n_depth", depth}, {"batch", 1}, {"tokens_per_s", decode_steps}};
+  if (!drafts.empty()) {
+    boost::json::array verify;
+    for (int k : drafts) {
+      const double v = steps_per_s(1, k);
+      verify.push_back({{"drafts", k}, {"step_ms", 1e3 / v}, {"cost_vs_decode", decode_steps / v}});
+    }
+    out["verify"] = verify;
+  }
   if (batch > 1) {
-    const double agg = decode_run(batch);
+    const double agg = steps_per_s(batch, 0) * batch;
     out["decode_batched"] = {{"n_gen", n_gen}, {"n_depth", depth}, {"batch", batch}, {"aggregate_tokens_per_s", agg},
                              {"per_stream_tokens_per_s", agg / batch}};
   }

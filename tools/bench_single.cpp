@@ -35,7 +35,7 @@ namespace json = boost::json;
 constexpr const char* kUsage =
     "usage: inferctl bench single [--url http://127.0.0.1:8000] [--api-key KEY]\n"
     "         [--workloads count,dataclasses,prose] [--trials 3] [--max-tokens N]\n"
-    "         [--timeout SECONDS] [--ready-timeout SECONDS]\n"
+    "         [--timeout SECONDS] [--ready-timeout SECONDS] [--nonce TAG]\n"
     "         [--out FILE] [--plot FILE.png] [--plot-script PATH]\n"
     "One streamed /v1/chat/completions request at a time (temperature 0), --trials\n"
     "times per workload, after one untimed request. Writes JSON (stdout unless --out):\n"
@@ -47,7 +47,10 @@ constexpr const char* kUsage =
     "  dataclasses  twenty Python dataclasses (1,024 tokens)\n"
     "  prose        low-predictability technical prose (512 tokens)\n"
     "--max-tokens replaces each workload's budget; every budget is capped to leave\n"
-    "the prompt room within the model's max_model_len. --plot runs python3 on\n"
+    "the prompt room within the model's max_model_len. Each message starts with\n"
+    "the run's tag (random unless --nonce) and the trial's number, so no trial hits\n"
+    "the prefix cache; two runs given the same --nonce send the same prompts (to\n"
+    "compare two daemons on the same outputs). --plot runs python3 on\n"
     "tools/plot_bench_single.py (needs matplotlib).\n";
 
 struct Workload {
@@ -89,11 +92,12 @@ struct Options {
   std::chrono::milliseconds timeout{};
   std::chrono::milliseconds ready_timeout{};
   std::string out, plot, plot_script;
+  std::string nonce;  // leads every message, with the trial's number
 };
 
 Options parse_options(const Args& args) {
   args.allow_only({"url", "api-key", "workloads", "trials", "max-tokens", "timeout", "ready-timeout", "out", "plot",
-                   "plot-script", "help"});
+                   "plot-script", "nonce", "help"});
   if (args.positional.size() > 1)
     throw std::invalid_argument("unexpected argument '" + args.positional[1] + "' (see --help)");
   Options o;
@@ -114,7 +118,8 @@ Options parse_options(const Args& args) {
   o.out = args.get("out", "");
   o.plot = args.get("plot", "");
   o.plot_script = args.get("plot-script", INFERD_PLOT_SINGLE_SCRIPT);
-  for (const char* f : {"out", "plot", "plot-script", "api-key", "workloads"})
+  o.nonce = args.get("nonce", std::to_string(std::random_device{}() % 100000));
+  for (const char* f : {"out", "plot", "plot-script", "api-key", "workloads", "nonce"})
     if (args.has(f) && args.get(f, "") == "true") throw std::invalid_argument(std::string("--") + f + ": missing value");
   return o;
 }
@@ -122,9 +127,8 @@ Options parse_options(const Args& args) {
 // The run's nonce and the trial lead the message, so that no trial reuses an
 // earlier one's prompt from the daemon's prefix cache: every TTFT includes the
 // whole prefill of the user's message.
-std::string tagged(const std::string& prompt, int trial) {
-  static const std::string nonce = std::to_string(std::random_device{}() % 100000);
-  return "[" + nonce + "-" + std::to_string(trial) + "] " + prompt;
+std::string tagged(const Options& o, const std::string& prompt, int trial) {
+  return "[" + o.nonce + "-" + std::to_string(trial) + "] " + prompt;
 }
 
 json::object chat_body(const std::string& model, const std::string& content, int max_tokens) {
@@ -160,7 +164,7 @@ json::object run_workload(const Options& o, const std::string& model, const Work
   for (int t = 0; t < o.trials; ++t) {
     const SpecCounters before = spec_counters(o.url);
     const StreamResult r =
-        run_streamed(o.url, "/v1/chat/completions", chat_body(model, tagged(w.prompt, trial_id++), budget), o.timeout,
+        run_streamed(o.url, "/v1/chat/completions", chat_body(model, tagged(o, w.prompt, trial_id++), budget), o.timeout,
                      o.api_key);
     const SpecCounters after = spec_counters(o.url);
     if (!r.ok) {
@@ -226,7 +230,7 @@ int cmd_bench_single(const Args& args) {
   // one-time costs out of the first trial.
   int trial_id = 0;
   if (const StreamResult warm = run_streamed(o.url, "/v1/chat/completions",
-                                             chat_body(model_id, tagged("Say hello.", trial_id++), 8), o.timeout,
+                                             chat_body(model_id, tagged(o, "Say hello.", trial_id++), 8), o.timeout,
                                              o.api_key);
       !warm.ok) {
     std::cerr << "inferctl bench single: the first request failed: " << warm.error << "\n";
@@ -244,6 +248,7 @@ int cmd_bench_single(const Args& args) {
   const json::object out{{"benchmark", "inferctl bench single"},
                          {"date", utc_now()},
                          {"url", o.url.text()},
+                         {"nonce", o.nonce},
                          {"machine", machine()},
                          {"model", model_summary(model)},
                          {"params",

@@ -224,12 +224,15 @@ def test_busy_port_fails_with_a_clear_message(daemon):
 
 def test_inferctl_bench_engine_writes_json_and_refuses_unknown_flags():
     r = subprocess.run([str(INFERCTL), "bench", "engine", "--model", default_model(), "--threads", "1",
-                        "--n-prompt", "8,16", "--n-gen", "4", "--n-depth", "32", "--batch", "2", "--repetitions", "1"],
+                        "--n-prompt", "8,16", "--n-gen", "4", "--n-depth", "32", "--batch", "2", "--repetitions", "1",
+                        "--drafts", "1,3"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert [p["n_prompt"] for p in out["prefill"]] == [8, 16] and all(p["tokens_per_s"] > 0 for p in out["prefill"])
     assert out["decode"]["n_depth"] == 32 and out["decode"]["tokens_per_s"] > 0
     assert out["decode_batched"]["batch"] == 2 and out["decode_batched"]["aggregate_tokens_per_s"] > 0
+    assert [v["drafts"] for v in out["verify"]] == [1, 3]
+    assert all(v["step_ms"] > 0 and v["cost_vs_decode"] > 0 for v in out["verify"])
     bad = subprocess.run([str(INFERCTL), "bench", "engine", "--n-promt", "8"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown flag --n-promt" in bad.stderr

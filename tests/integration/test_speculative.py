@@ -137,11 +137,12 @@ def test_the_single_request_bench_reports_ttft_decode_and_acceptance(start_daemo
     _, draft_tokens0, accepted0, _ = spec_metrics(d)
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         r = subprocess.run([str(INFERCTL), "bench", "single", "--url", d.url, "--trials", "2", "--max-tokens", "24",
-                            "--workloads", "count,prose", "--out", out.name],
+                            "--workloads", "count,prose", "--nonce", "n1", "--out", out.name],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         run = json.load(open(out.name))
     _, draft_tokens, accepted, _ = spec_metrics(d)
+    assert run["nonce"] == "n1"  # the tag its messages carried: another run given it sends the same prompts
     assert [w["workload"] for w in run["workloads"]] == ["count", "prose"]
     for w in run["workloads"]:
         assert w["ok"] == 2 and w["failed"] == 0 and len(w["trials"]) == 2, w

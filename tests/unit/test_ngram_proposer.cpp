@@ -1,5 +1,5 @@
-// The prompt-lookup proposer on plain token lists: which earlier occurrence it
-// picks, how long a match it needs, and how many drafts it returns.
+// The prompt-lookup proposer on plain token lists: which earlier occurrences it
+// follows, how long a match it needs, and how many drafts it returns.
 #include <doctest/doctest.h>
 
 #include <stdexcept>
@@ -16,7 +16,7 @@ TEST_CASE("ngram proposer: proposes what followed the last n tokens' earlier occ
   NgramProposer p({.num_speculative_tokens = 3, .prompt_lookup_min = 2, .prompt_lookup_max = 3});
   // ... 1 2 3 | 4 5 6 ... then 1 2 3 again: drafts 4 5 6.
   CHECK(p.lookup(V{9, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3}, 5) == V{4, 5, 6});
-  // At most k, and at most what the sequence holds after the match.
+  // At most k (and at most num_speculative_tokens).
   CHECK(p.lookup(V{9, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3}, 2) == V{4, 5});
   CHECK(p.lookup(V{1, 2, 3, 4, 1, 2}, 5) == V{3, 4, 1});
   CHECK(p.lookup(V{5, 1, 2, 8, 1, 2}, 3) == V{8, 1, 2});
@@ -30,6 +30,19 @@ TEST_CASE("ngram proposer: the most recent occurrence wins, and longer matches b
   CHECK(p.lookup(V{1, 2, 30, 2, 40, 1, 2}, 1) == V{30});
 }
 
+TEST_CASE("ngram proposer: earlier occurrences vote; drafts stop where they disagree too much") {
+  NgramProposer p({.num_speculative_tokens = 4, .prompt_lookup_min = 2, .prompt_lookup_max = 2});
+  // "1 2" was followed by 5, 5, then 6: two votes for 5 beat the most recent 6.
+  CHECK(p.lookup(V{1, 2, 5, 1, 2, 5, 1, 2, 6, 1, 2}, 1) == V{5});
+  // Those that voted for the draft go on: after 5 came 7 both times.
+  CHECK(p.lookup(V{1, 2, 5, 7, 1, 2, 6, 8, 1, 2, 5, 7, 1, 2}, 2) == V{5, 7});
+  // Four occurrences, four different continuations: nothing to predict.
+  CHECK(p.lookup(V{1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2, 6, 1, 2}, 4).empty());
+  // Three that disagree are still a third each: the most recent is drafted,
+  // then what followed it alone.
+  CHECK(p.lookup(V{1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2}, 3) == V{5, 1, 2});
+}
+
 TEST_CASE("ngram proposer: no proposal without a match of at least prompt_lookup_min tokens") {
   NgramProposer p({.num_speculative_tokens = 4, .prompt_lookup_min = 2, .prompt_lookup_max = 4});
   CHECK(p.lookup(V{1, 2, 3, 4, 5}, 4).empty());
@@ -37,10 +50,18 @@ TEST_CASE("ngram proposer: no proposal without a match of at least prompt_lookup
   CHECK(p.lookup(V{7}, 4).empty());
   CHECK(p.lookup(V{}, 4).empty());
   CHECK(p.lookup(V{1, 2, 1, 2}, 0).empty());  // no room: nothing
-  // A run of one token: the most recent earlier occurrence of its tail is one
-  // token back, so one token follows it.
-  CHECK(p.lookup(V{5, 5, 5, 5}, 4) == V{5});
-  CHECK(p.lookup(V{5, 5, 5, 5, 5, 5, 5}, 4) == V{5});
+}
+
+TEST_CASE("ngram proposer: a continuation that reaches the end goes on into its own drafts") {
+  NgramProposer p({.num_speculative_tokens = 6, .prompt_lookup_min = 2, .prompt_lookup_max = 3});
+  // A run of one token: the match is one token back; the run goes on.
+  CHECK(p.lookup(V{5, 5, 5, 5}, 4) == V{5, 5, 5, 5});
+  // A period of three, matched one period back: whole periods.
+  CHECK(p.lookup(V{1, 2, 3, 1, 2, 3, 1, 2}, 6) == V{3, 1, 2, 3, 1, 2});
+  // "1 2" was followed by 9 1 2, which is the end: 9 1 2, then 9 1 2 again.
+  CHECK(p.lookup(V{7, 1, 2, 9, 1, 2}, 5) == V{9, 1, 2, 9, 1});
+  // A continuation long enough stays as it was.
+  CHECK(p.lookup(V{1, 2, 3, 4, 5, 6, 7, 8, 1, 2}, 6) == V{3, 4, 5, 6, 7, 8});
 }
 
 TEST_CASE("ngram proposer: one answer per request, each within its own room") {

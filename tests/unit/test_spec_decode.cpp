@@ -4,6 +4,7 @@
 // the prompt-lookup proposer, one request at a time and several in one batch.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -183,40 +184,58 @@ TEST_SUITE("speculative decoding") {
     }
   }
 
-  TEST_CASE("draft pace: one more than were accepted, back to the most on full acceptance, pauses that double") {
+  TEST_CASE("draft pace: as many drafts as pay most at the estimated acceptance") {
+    DraftPace fresh(5);
+    CHECK(fresh.next() == 5);  // a fresh sequence's drafts are assumed kept
+    DraftPace none(0);
+    CHECK(none.next() == 0);  // no drafts at all
+    // Drafts always kept: the most, for as long as they are.
+    DraftPace kept(5);
+    for (int i = 0; i < 20; ++i) kept.record(5, 5);
+    CHECK(kept.acceptance() == doctest::Approx(1.0));
+    CHECK(kept.next() == 5);
+    // Half of them kept: two drafts give (1 + 1/2 + 1/4) / (1 + 2 kDraftCost)
+    // tokens per plain step's time, more than one or three.
+    DraftPace half(5);
+    for (int i = 0; i < 40; ++i) half.record(2, 1);
+    CHECK(half.acceptance() == doctest::Approx(0.5).epsilon(1e-3));
+    CHECK(half.next() == 2);
+    // It follows the text: a run of kept drafts brings the most back.
+    for (int i = 0; i < 20; ++i) half.record(5, 5);
+    CHECK(half.next() == 5);
+    // A draft that was not reached (after a rejected one) is no evidence.
+    DraftPace first(5);
+    first.record(5, 0);
+    CHECK(first.acceptance() == doctest::Approx(1.0 * DraftPace::kFade / (DraftPace::kFade + 1)));
+    first.record(0, 0);  // nothing drafted: nothing learnt
+    CHECK(first.acceptance() == doctest::Approx(1.0 * DraftPace::kFade / (DraftPace::kFade + 1)));
+  }
+
+  TEST_CASE("draft pace: where no draft pays, pauses that double, each ended by a probe of one") {
     DraftPace pace(5);
-    CHECK(pace.next() == 5);
-    pace.record(5, 2);  // two kept: three next
-    CHECK(pace.next() == 3);
-    pace.record(3, 3);
-    CHECK(pace.next() == 4);
-    pace.record(4, 4);
-    pace.record(5, 5);
-    CHECK(pace.next() == 5);  // never above the most
-    pace.record(5, 0);        // a miss: one draft next
-    CHECK(pace.next() == 1);
-    pace.record(1, 0);  // two misses in a row: a pause of one step
-    CHECK(pace.next() == 0);
+    pace.record(5, 0);  // a miss: the estimate falls, one draft still pays
     CHECK(pace.next() == 1);
     pace.record(1, 0);
-    pace.record(1, 0);  // again: the pause doubles
+    CHECK(pace.next() == 1);
+    pace.record(1, 0);  // below kDraftCost: a pause of one step, then a probe
+    CHECK(pace.acceptance() < DraftPace::kDraftCost);
+    CHECK(pace.next() == 0);
+    CHECK(pace.next() == 1);
+    pace.record(1, 0);  // the probe missed: a pause of two
     CHECK(pace.next() == 0);
     CHECK(pace.next() == 0);
     CHECK(pace.next() == 1);
-    pace.record(1, 1);  // a kept draft ends the back-off
-    CHECK(pace.next() == 2);
-    pace.record(2, 0);
-    pace.record(1, 0);
-    CHECK(pace.next() == 0);
+    pace.record(1, 1);  // the probe kept: drafts again, and the back-off starts over
     CHECK(pace.next() == 1);
-    pace.record(0, 0);  // nothing drafted: nothing learnt
+    while (pace.acceptance() >= DraftPace::kDraftCost) pace.record(1, 0);
+    CHECK(pace.next() == 0);
     CHECK(pace.next() == 1);
     // However long the misses go on, a pause ends within kLongestPause steps.
     for (int i = 0; i < 40; ++i) {
+      pace.record(1, 0);
       int paused = 0;
       while (pace.next() == 0) ++paused;
       CHECK(paused <= DraftPace::kLongestPause);
-      pace.record(1, 0);
     }
   }
 
@@ -228,23 +247,27 @@ TEST_SUITE("speculative decoding") {
     s.add(spec_seq(1, 10, 100));
     run(s, s.schedule());
     std::vector<int> carried;
-    for (int step = 0; step < 6; ++step) {
+    for (int step = 0; step < 7; ++step) {
       const StepPlan p = s.schedule();
       carried.push_back(p.seqs[0].num_drafts);
       run(s, p, {8});  // the target disagrees with the first draft every time
     }
-    // 3 drafts (the logits rows allow no more), then 1 (two misses in a row), a
-    // step without, 1, 1 (two more), a pause of two.
-    CHECK(carried == std::vector<int>{3, 1, 0, 1, 1, 0});
+    // 3 drafts (the logits rows allow no more), then 1 while one still pays, a
+    // pause of one step, a probe, a pause of two.
+    CHECK(carried == std::vector<int>{3, 1, 1, 0, 1, 0, 0});
     // Accepting again grows them back.
-    const StepPlan p = s.schedule();  // the pause's second step
-    CHECK(p.seqs[0].num_drafts == 0);
-    run(s, p);
-    run(s, s.schedule());
-    StepPlan q = s.schedule();
-    REQUIRE(q.seqs[0].num_drafts == 1);
-    run(s, q, {50, 8});  // the draft kept
-    CHECK(s.schedule().seqs[0].num_drafts == 2);
+    std::vector<int> regrown;
+    for (int step = 0; step < 8; ++step) {
+      const StepPlan p = s.schedule();
+      const int d = p.seqs[0].num_drafts;
+      regrown.push_back(d);
+      std::vector<int32_t> answer(prop.drafts.begin(), prop.drafts.begin() + d);
+      answer.push_back(8);
+      run(s, p, answer);
+    }
+    CHECK(regrown.front() == 1);  // the probe
+    CHECK(regrown.back() == 3);
+    CHECK(std::is_sorted(regrown.begin(), regrown.end()));
   }
 }
 
