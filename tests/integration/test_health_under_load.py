@@ -1,9 +1,9 @@
 """The health routes on the main listener, beside 10,000 open connections (idle
-ones, and slow ones trickling their headers) and a generation load, against the
-real daemon: each probe, a new connection as a load balancer makes it, is
-answered within HEALTH_BOUND_S. And at the open-connection limit the daemon
-refuses clearly and stays whole."""
-import json
+ones, and slow ones trickling their headers) that the idle timeout then closes
+together, and a generation load, against the real daemon: each probe, a new
+connection as a load balancer makes it, is answered within HEALTH_BOUND_S. And
+at the open-connection limit the daemon refuses clearly, still answers health
+probes, and gives every descriptor back."""
 import multiprocessing
 import os
 import resource
@@ -19,11 +19,13 @@ from conftest import default_model
 
 CONNECTIONS = 10_000
 SLOW = 1_000  # of CONNECTIONS, the ones that trickle a header byte now and then
-# The issue's goal is 100 ms on an idle machine. The bound holds on a 2-core
-# machine with both cores taken by `stress-ng --cpu 2` beside the daemon's own
-# load (measured: see docs/PERFORMANCE.md, "Health latency"); a probe held behind
-# a blocked I/O thread shows as seconds (the idle timeout), not as this.
-HEALTH_BOUND_S = float(os.environ.get("INFERD_HEALTH_BOUND_S", "0.25"))
+# Measured beside `stress-ng --cpu 2` on a 2-core machine also running other
+# builds (load average 10 to 14): at most 218 ms once the connections were open
+# (most runs under 75 ms); before health probes were triaged on the accept
+# thread, 300 ms to 1.4 s. The bound leaves room for a fully loaded machine's
+# scheduling; a probe queued behind the I/O threads' work shows as seconds.
+# docs/PERFORMANCE.md, "Health latency".
+HEALTH_BOUND_S = 0.5
 IDLE_TIMEOUT_S = 12
 
 
