@@ -324,6 +324,10 @@ void HttpServer::start() {
   s.started = true;
 
   s.work.emplace(s.ioc.get_executor());
+  // Asio makes an I/O context's reactor (three descriptors) with its first
+  // socket. Made now, not at the first connection handed over to the I/O
+  // threads, so the count of open descriptors is the same from the start.
+  { tcp::socket first(s.ioc); }
   s.accept(*s.main);
   if (s.admin_tcp) s.accept(*s.admin_tcp);
   if (s.admin_unix) s.accept(*s.admin_unix);
