@@ -104,11 +104,12 @@ def test_memory_of_closed_connections_goes_back_to_the_system(start_daemon):
                f"after each burst closed; heap in use {heap0 / 1024:.0f} KiB at the start, "
                f"{[round(h / 1024) for h in heap_open]} KiB open, {[round(h / 1024) for h in heap_after]} KiB closed")
     # Every session's memory goes back to the allocator: what stays in use after
-    # a burst is Asio's record per descriptor it has seen (about 200 bytes each,
-    # kept for reuse), and later bursts reuse them.
+    # a burst is Asio's records per descriptor it has seen (about 200 bytes
+    # each, kept for reuse; two a connection, the accept thread's and the I/O
+    # threads'), and later bursts reuse them.
     print(figures)
     assert heap_open[0] - heap0 > 4 * n, figures
-    assert heap_after[0] - heap0 <= 400 * n, figures
+    assert heap_after[0] - heap0 <= 600 * n, figures
     assert heap_after[-1] - heap_after[0] <= 100 * n, figures
     # And most of it goes back to the system. Not all: the records pin some of
     # the pages around them (measured: 10-50% of the peak stays). Without the
