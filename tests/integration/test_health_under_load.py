@@ -6,7 +6,6 @@ at the open-connection limit the daemon refuses clearly, still answers health
 probes, and gives every descriptor back."""
 import multiprocessing
 import os
-import resource
 import socket
 import tempfile
 import threading
@@ -15,7 +14,7 @@ import time
 import pytest
 import requests
 
-from conftest import default_model
+from conftest import default_model, fd_count, raise_fd_limit, raw_get
 
 CONNECTIONS = 10_000
 SLOW = 1_000  # of CONNECTIONS, the ones that trickle a header byte now and then
@@ -29,31 +28,6 @@ HEALTH_BOUND_S = 0.5
 IDLE_TIMEOUT_S = 12
 
 
-def raise_fd_limit():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def fd_count(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def get(port, path, timeout=10):
-    """One GET on a new connection over a plain socket: (status, headers+body, seconds)."""
-    t = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            data += b
-    return int(data.split(b" ", 2)[1]), data, time.monotonic() - t
-
-
 def probe_loop(port, stop, out):
     """Both health routes every 100 ms until `stop`. In a process of its own, so
     the load threads' GIL does not count in the figures."""
@@ -62,7 +36,7 @@ def probe_loop(port, stop, out):
         for path in ("/health/live", "/health/ready"):
             t = time.monotonic()
             try:
-                code, _, seconds = get(port, path)
+                code, _, seconds = raw_get(port, path)
             except (OSError, ValueError, IndexError) as e:
                 code, seconds = type(e).__name__, time.monotonic() - t
             samples.append((t, path, code, seconds))
@@ -182,12 +156,12 @@ def test_connections_over_the_limit_are_refused_clearly_and_leave_nothing_behind
         # The silent connections count once the accept thread has handed them
         # to the I/O threads (after 250 ms): until then a request may be served.
         deadline = time.monotonic() + 30
-        while get(d.port, "/v1/models")[0] != 503 and time.monotonic() < deadline:
+        while raw_get(d.port, "/v1/models")[0] != 503 and time.monotonic() < deadline:
             time.sleep(0.1)
         # Each connection beyond the limit gets its answer at once, whatever it sends.
         refused = []
         for _ in range(50):
-            code, data, seconds = get(d.port, "/v1/models")
+            code, data, seconds = raw_get(d.port, "/v1/models")
             refused.append((code, seconds))
             assert code == 503, data
             assert b"Retry-After: 1" in data and b"too many open connections" in data, data
@@ -195,7 +169,7 @@ def test_connections_over_the_limit_are_refused_clearly_and_leave_nothing_behind
         # A health probe is still answered: a liveness check must not fail
         # because clients took every connection.
         for path in ("/health/live", "/health/ready"):
-            code, data, _ = get(d.port, path)
+            code, data, _ = raw_get(d.port, path)
             assert code == 200 and b"Connection: close" in data, data
         assert d.proc.poll() is None
     finally:
