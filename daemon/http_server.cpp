@@ -112,8 +112,8 @@ bool is_health_probe(tcp::socket& socket) {
   char bytes[2048];
   const ssize_t n = ::recv(socket.native_handle(), bytes, sizeof bytes, MSG_PEEK | MSG_DONTWAIT);
   const std::string_view head(bytes, n > 0 ? static_cast<std::size_t>(n) : 0);
-  return head.starts_with("GET /health/") && head.ends_with("\r\n\r\n") &&
-         head.find("\r\n\r\n") == head.size() - 4;
+  const auto end = head.find("\r\n\r\n");
+  return head.starts_with("GET /health/") && end != std::string_view::npos && end + 4 == head.size();
 }
 
 std::string peer_of(const tcp::socket& socket) {
@@ -232,9 +232,11 @@ void HttpServer::Impl::triage(tcp::socket socket) {
   });
 }
 
-// The connection moves to an I/O thread's strand (its descriptor re-registered
-// from this thread, so Asio's record for it stays in this thread's arena), and
-// its session is built there.
+// The connection moves to an I/O thread's strand, its descriptor re-registered
+// from this thread (so Asio's record for it stays in this thread's arena), and
+// its session is built on that strand, so it takes its memory from an I/O
+// thread's arena (see accept_ioc). Not after stop(): its final polls would
+// otherwise start it.
 void HttpServer::Impl::hand_over(tcp::socket socket) {
   error_code ec;
   std::string peer = peer_of(socket);
