@@ -6,6 +6,7 @@
 #include "daemon/http_server.hpp"
 
 #include <malloc.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 
@@ -46,6 +48,12 @@ constexpr std::chrono::seconds kTrimCheckPeriod{2};
 // across several checks would otherwise stay behind.
 constexpr std::size_t kTrimAfterClosed = 1024;
 constexpr std::size_t kTrimAfterClosedSettled = 64;
+// How long a new connection on the main listener may take to send its first
+// bytes and still be triaged on the accept thread (see triage()). A health
+// probe sends its request as soon as it has connected.
+constexpr std::chrono::milliseconds kTriageWindow{250};
+
+using Socket = asio::generic::stream_protocol::socket;
 
 // One listening socket: the main one or an admin one.
 template <class Protocol>
@@ -98,6 +106,16 @@ local::acceptor listen_unix(asio::io_context& ioc, const std::string& path) {
   return acceptor;
 }
 
+// What a new connection has sent is one request head for a health route, and
+// nothing after it (requests pipelined behind it belong on the I/O threads).
+bool is_health_probe(tcp::socket& socket) {
+  char bytes[2048];
+  const ssize_t n = ::recv(socket.native_handle(), bytes, sizeof bytes, MSG_PEEK | MSG_DONTWAIT);
+  const std::string_view head(bytes, n > 0 ? static_cast<std::size_t>(n) : 0);
+  const auto end = head.find("\r\n\r\n");
+  return head.starts_with("GET /health/") && end != std::string_view::npos && end + 4 == head.size();
+}
+
 std::string peer_of(const tcp::socket& socket) {
   error_code ec;
   const auto ep = socket.remote_endpoint(ec);
@@ -110,6 +128,8 @@ struct HttpServer::Impl {
   Impl(HttpServerOptions options, Metrics* metrics) : state(std::move(options), metrics) {}
   template <class Protocol>
   void accept(Listener<Protocol>& listener);
+  void triage(tcp::socket socket);
+  void hand_over(tcp::socket socket);
   template <class Protocol>
   static void close(std::optional<Listener<Protocol>>& listener);
   void trim_after_bursts(std::size_t open_before);
@@ -143,14 +163,12 @@ struct HttpServer::Impl {
 
 template <class Protocol>
 void HttpServer::Impl::accept(Listener<Protocol>& l) {
-  // Each connection gets a strand of its own: its handlers never run
-  // concurrently. The main listener's connections are served by the I/O
-  // threads; the admin listener's by the accept thread, so a health check or a
-  // metrics scrape there never waits behind the main listener's traffic (a
-  // burst of thousands of connections closing, a full load of streams). This
-  // handler runs on the accept thread.
-  auto& context = l.admin ? accept_ioc : ioc;
-  l.acceptor.async_accept(asio::make_strand(context), [this, &l](error_code ec, typename Protocol::socket socket) {
+  // Every connection is accepted on the accept thread. The admin listener's
+  // sessions are served there too, so a health check or a metrics scrape there
+  // never waits behind the main listener's traffic (a burst of thousands of
+  // connections opening or closing, a full load of streams); the main
+  // listener's are triaged first (see triage()).
+  l.acceptor.async_accept(asio::make_strand(accept_ioc), [this, &l](error_code ec, typename Protocol::socket socket) {
     if (!l.acceptor.is_open() || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of descriptors and the like: back off instead of spinning.
@@ -161,26 +179,84 @@ void HttpServer::Impl::accept(Listener<Protocol>& l) {
       });
       return;
     }
-    std::string peer;
     if constexpr (std::is_same_v<Protocol, tcp>) {
       error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);  // SSE deltas are small and latency-bound
-      peer = peer_of(socket);
-    } else {
-      peer = "unix:" + l.name;
+      if (!l.admin) {
+        triage(std::move(socket));
+        return accept(l);
+      }
     }
-    asio::generic::stream_protocol::socket generic(std::move(socket));
-    const bool refuse = !l.admin && open_connections(state) >= static_cast<std::size_t>(state.opts.max_connections);
-    // The session is built on its own strand, so a main listener's session takes
-    // its memory from an I/O thread's arena (see accept_ioc). Not after stop():
-    // its final polls would otherwise start it.
+    std::string peer = "unix:" + l.name;
+    if constexpr (std::is_same_v<Protocol, tcp>) peer = peer_of(socket);
+    Socket generic(std::move(socket));
     const auto ex = generic.get_executor();
-    asio::post(ex, [this, refuse, admin = l.admin, peer = std::move(peer), socket = std::move(generic)]() mutable {
-      if (stopped) return;
-      if (refuse) refuse_connection(state, std::move(socket));
-      else start_session(state, std::move(socket), std::move(peer), admin);
+    asio::post(ex, [this, peer = std::move(peer), socket = std::move(generic)]() mutable {
+      if (!stopped) start_session(state, std::move(socket), std::move(peer), /*admin=*/true);
     });
     accept(l);
+  });
+}
+
+// A health probe on the main listener must not queue behind the I/O threads'
+// work: thousands of connections that opened or timed out together are as many
+// handlers ahead of it. So a new connection stays on the accept thread until
+// its first bytes arrive (at most kTriageWindow): a complete `GET /health/...`
+// request head is served right here, over the connection limit too, and the
+// connection closes after the answer. Anything else, and a connection silent
+// for the window, goes to the I/O threads, or is refused at the limit.
+void HttpServer::Impl::triage(tcp::socket socket) {
+  struct Pending {
+    explicit Pending(tcp::socket s) : socket(std::move(s)), window(socket.get_executor()) {}
+    tcp::socket socket;
+    asio::steady_timer window;
+    bool decided = false;
+  };
+  auto p = std::make_shared<Pending>(std::move(socket));
+  p->window.expires_after(kTriageWindow);
+  p->window.async_wait([this, p](error_code ec) {
+    if (ec || p->decided || stopped) return;
+    p->decided = true;
+    hand_over(std::move(p->socket));  // cancels the wait below
+  });
+  p->socket.async_wait(tcp::socket::wait_read, [this, p](error_code ec) {
+    if (ec == asio::error::operation_aborted || p->decided || stopped) return;
+    p->decided = true;
+    p->window.cancel();
+    if (!ec && is_health_probe(p->socket)) {
+      std::string peer = peer_of(p->socket);
+      start_session(state, Socket(std::move(p->socket)), std::move(peer), /*admin=*/false, /*one_request=*/true);
+      return;
+    }
+    hand_over(std::move(p->socket));
+  });
+}
+
+// The connection moves to an I/O thread's strand, its descriptor re-registered
+// from this thread (so Asio's record for it stays in this thread's arena), and
+// its session is built on that strand, so it takes its memory from an I/O
+// thread's arena (see accept_ioc). Not after stop(): its final polls would
+// otherwise start it.
+void HttpServer::Impl::hand_over(tcp::socket socket) {
+  error_code ec;
+  std::string peer = peer_of(socket);
+  const auto protocol = socket.local_endpoint(ec).protocol();
+  if (ec) return;  // the client already went away
+  const auto fd = socket.release(ec);
+  if (ec) return;
+  tcp::socket moved(asio::make_strand(ioc));
+  moved.assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);
+    return;
+  }
+  const bool refuse = open_connections(state) >= static_cast<std::size_t>(state.opts.max_connections);
+  Socket generic(std::move(moved));
+  const auto ex = generic.get_executor();
+  asio::post(ex, [this, refuse, peer = std::move(peer), socket = std::move(generic)]() mutable {
+    if (stopped) return;
+    if (refuse) refuse_connection(state, std::move(socket));
+    else start_session(state, std::move(socket), std::move(peer), /*admin=*/false);
   });
 }
 
@@ -250,6 +326,10 @@ void HttpServer::start() {
   s.started = true;
 
   s.work.emplace(s.ioc.get_executor());
+  // Asio makes an I/O context's reactor (three descriptors) with its first
+  // socket. Made now, not at the first connection handed over to the I/O
+  // threads, so the count of open descriptors is the same from the start.
+  { tcp::socket first(s.ioc); }
   s.accept(*s.main);
   if (s.admin_tcp) s.accept(*s.admin_tcp);
   if (s.admin_unix) s.accept(*s.admin_unix);

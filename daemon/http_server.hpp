@@ -31,7 +31,8 @@ struct HttpServerOptions {
   // Threads for the routes registered with RouteOptions::offload.
   int work_threads = 2;
   // Open connections beyond which a new one on the main listener is answered
-  // 503 (Retry-After) and closed at once. The admin listener is never refused.
+  // 503 (Retry-After) and closed. The admin listener is never refused, nor a
+  // health probe (a new connection whose first bytes are one GET /health/...).
   int max_connections = 4096;
   // The admin listener, beside the main one: it serves the routes registered for
   // Listeners::Admin or Both, and only those. A TCP port on 127.0.0.1 (0 picks a

@@ -128,12 +128,13 @@ using Piece = std::variant<http::response<http::string_body>,  // a complete res
 
 class Session final : public ExchangeHost, public std::enable_shared_from_this<Session> {
  public:
-  Session(ServerState& server, Socket socket, std::string peer, bool admin)
+  Session(ServerState& server, Socket socket, std::string peer, bool admin, bool one_request)
       : server_(server),
         stream_(std::move(socket)),
         deadline_(stream_.get_executor()),
         peer_(std::move(peer)),
-        admin_(admin) {}
+        admin_(admin),
+        one_request_(one_request) {}
 
   ~Session() {
     std::lock_guard lock(server_.sessions_mu);
@@ -236,7 +237,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
 
   void dispatch() {
     http_version_ = parser_->get().version();
-    keep_alive_ = parser_->get().keep_alive();
+    keep_alive_ = parser_->get().keep_alive() && !one_request_;
     Request req = to_request(parser_->get(), peer_, admin_);
     request_id_ = req.request_id;
 
@@ -508,6 +509,7 @@ class Session final : public ExchangeHost, public std::enable_shared_from_this<S
   asio::steady_timer deadline_;
   std::string peer_;
   bool admin_;  // accepted by the admin listener
+  bool one_request_;  // the connection closes after its first response
 
   bool closed_ = false;
   bool watching_ = false;
@@ -564,8 +566,8 @@ void ServerState::request_finished(const std::string& route, const std::string& 
   if (in_flight_gauge) in_flight_gauge->dec();
 }
 
-void start_session(ServerState& server, Socket socket, std::string peer, bool admin) {
-  std::make_shared<Session>(server, std::move(socket), std::move(peer), admin)->start();
+void start_session(ServerState& server, Socket socket, std::string peer, bool admin, bool one_request) {
+  std::make_shared<Session>(server, std::move(socket), std::move(peer), admin, one_request)->start();
 }
 
 void refuse_connection(ServerState& server, Socket socket) {

@@ -49,9 +49,10 @@ struct ServerState {
 
 // Serves requests on an accepted socket (TCP or Unix) until the client or the
 // server closes it. `peer` names the client in logs; `admin`: the socket came
-// from the admin listener, so only its routes are served.
+// from the admin listener, so only its routes are served; `one_request`: the
+// connection closes after its first response.
 void start_session(ServerState& server, boost::asio::generic::stream_protocol::socket socket, std::string peer,
-                   bool admin);
+                   bool admin, bool one_request = false);
 // Answers 503 (Retry-After) on a connection over the server's limit and closes it.
 void refuse_connection(ServerState& server, boost::asio::generic::stream_protocol::socket socket);
 // Open connections, both listeners.

@@ -3,6 +3,7 @@ import functools
 import os
 import pathlib
 import re
+import resource
 import secrets
 import signal
 import socket
@@ -81,6 +82,33 @@ def admin_key_file(key):
     f.write(key + "\n")
     f.close()
     return f.name
+
+
+def raise_fd_limit():
+    """The soft RLIMIT_NOFILE up to the hard one (a daemon started later inherits it); the new limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def raw_get(port, path, timeout=10):
+    """One GET on a new connection over a plain socket, as a load balancer's
+    probe makes it: (status, the whole response, seconds it took)."""
+    t = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    return int(data.split(b" ", 2)[1]), data, time.monotonic() - t
 
 
 _ports_given = set()

@@ -1,26 +1,17 @@
 """Thousands of idle connections opened and closed at once, against the real
 daemon: the memory they took goes back to the system once they close, and the
 health routes keep answering while the burst is handled."""
-import os
 import re
-import resource
 import socket
 import time
 
 import pytest
 
-from conftest import free_port, metric
+from conftest import fd_count, free_port, metric, raise_fd_limit, raw_get
 
 
 # Enough connections that their memory (a few KiB each) stands well above RSS noise.
 MAX_CONNECTIONS = 6000
-
-
-def raise_fd_limit():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def rss_kib(pid):
@@ -29,10 +20,6 @@ def rss_kib(pid):
     # generation probe, which would look like memory the connections kept.
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"RssAnon:\s+(\d+)", f.read()).group(1))
-
-
-def fd_count(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def wait_until(predicate, timeout):
@@ -104,30 +91,17 @@ def test_memory_of_closed_connections_goes_back_to_the_system(start_daemon):
                f"after each burst closed; heap in use {heap0 / 1024:.0f} KiB at the start, "
                f"{[round(h / 1024) for h in heap_open]} KiB open, {[round(h / 1024) for h in heap_after]} KiB closed")
     # Every session's memory goes back to the allocator: what stays in use after
-    # a burst is Asio's record per descriptor it has seen (about 200 bytes each,
-    # kept for reuse), and later bursts reuse them.
+    # a burst is Asio's records per descriptor it has seen (about 200 bytes
+    # each, kept for reuse; two a connection, the accept thread's and the I/O
+    # threads'), and later bursts reuse them.
     print(figures)
     assert heap_open[0] - heap0 > 4 * n, figures
-    assert heap_after[0] - heap0 <= 400 * n, figures
+    assert heap_after[0] - heap0 <= 600 * n, figures
     assert heap_after[-1] - heap_after[0] <= 100 * n, figures
     # And most of it goes back to the system. Not all: the records pin some of
     # the pages around them (measured: 10-50% of the peak stays). Without the
     # trim, RSS stayed at the peak.
     assert rss_after[-1] - rss0 <= taken * 2 // 3, figures
-
-
-def probe(port, path="/health/live"):
-    """A GET on a new connection: its status and the seconds it took."""
-    t = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            data += b
-    return int(data.split(b" ", 2)[1]), time.monotonic() - t
 
 
 def test_admin_listener_answers_health_while_a_burst_of_closes_is_handled(start_daemon):
@@ -144,7 +118,7 @@ def test_admin_listener_answers_health_while_a_burst_of_closes_is_handled(start_
         # The I/O threads now have n hang-ups to handle; the admin listener's
         # sessions have a thread of their own, so the answer comes while most of
         # them are still open (it used to queue behind them all).
-        code, seconds = probe(admin_port)
+        code, _, seconds = raw_get(admin_port, "/health/live")
         still_open = fd_count(pid) - fds0
         assert code == 200
         if still_open >= n // 10:

@@ -1012,6 +1012,48 @@ TEST_CASE("http: offloaded handlers run off the I/O threads, so a busy one holds
   for (const auto& r : slow_replies) CHECK(r.body == "\"slow\"");
 }
 
+TEST_CASE("http: a health probe on the main listener is answered while every I/O thread is busy") {
+  HttpServerOptions o = test_options();
+  o.io_threads = 1;
+  HttpServer server(o);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false, release = false;
+  // Holds the only I/O thread until released (bounded), as a burst of
+  // thousands of connections opening or timing out together would.
+  server.route("GET", "/hold", [&](const Request&) {
+    std::unique_lock lock(mu);
+    busy = true;
+    cv.notify_all();
+    cv.wait_for(lock, 30s, [&] { return release; });
+    return Response::json(200, "\"held\"");
+  });
+  server.route("GET", "/health/live", [](const Request&) { return Response::json(200, "\"alive\""); });
+  server.start();
+  Reply held;
+  std::thread client([&] { held = request(server.port(), get("/hold")); });
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, 30s, [&] { return busy; }));
+  }
+  const Reply probe = request(server.port(), get("/health/live"));
+  CHECK(probe.status == 200);
+  CHECK(probe.body == "\"alive\"");
+  CHECK(probe.header("connection") == "close");  // served once, off the I/O threads
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  client.join();
+  CHECK(held.body == "\"held\"");
+  // Pipelined after a health request, or a health route's prefix only: the I/O threads serve it.
+  Conn c(server.port());
+  REQUIRE(c.send(get("/health/live") + get("/hold")));
+  REQUIRE(c.read_response()->status == 200);
+  CHECK(c.read_response()->body == "\"held\"");
+}
+
 TEST_CASE("http: connections over the limit get 503 with Retry-After; the admin listener is never refused") {
   HttpServerOptions o = test_options();
   o.max_connections = 2;
@@ -1021,6 +1063,7 @@ TEST_CASE("http: connections over the limit get 503 with Retry-After; the admin 
   HttpServer server(o, &metrics);
   server.route("GET", "/x", [](const Request&) { return Response::json(200, "1"); },
                RouteOptions{.listeners = Listeners::Both});
+  server.route("GET", "/health/live", [](const Request&) { return Response::json(200, "\"alive\""); });
   server.start();
   auto idle = std::make_unique<Conn>(server.port());
   Conn second(server.port());
@@ -1034,6 +1077,11 @@ TEST_CASE("http: connections over the limit get 503 with Retry-After; the admin 
   CHECK(refused.header("retry-after") == "1");
   CHECK(refused.json().at("error").at("message").as_string().starts_with("too many open connections (2)"));
   CHECK(request(server.admin_port(), get("/x")).status == 200);
+  // A health probe is answered over the limit too, and its connection closed:
+  // a liveness check must not fail because clients hold every connection.
+  const Reply probe = request(server.port(), get("/health/live"));
+  CHECK(probe.status == 200);
+  CHECK(probe.header("connection") == "close");
   CHECK(metrics.render().find("inferd_http_connections_refused_total 1") != std::string::npos);
   // One closes: a new connection is served again.
   idle.reset();
