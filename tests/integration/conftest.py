@@ -123,8 +123,8 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "serial: changes what the whole machine sees (its free memory); meson's "
-        "`integration_serial` runs these alone, after the tests that run two at a time")
+        "markers", "serial: changes what the whole machine sees (its free memory) or bounds a latency; "
+        "meson's `integration_serial` runs these alone, after the tests that run two at a time")
 
 
 def free_port(count=1):

@@ -67,6 +67,9 @@ def trickle(socks, stop):
         stop.wait(1.0)
 
 
+# Alone (meson's integration_serial): its bound is a latency, which another
+# test's daemon warming up beside it would add to.
+@pytest.mark.serial
 def test_main_listener_health_answers_fast_beside_10k_connections_and_generation(start_daemon):
     if raise_fd_limit() < CONNECTIONS + 500:
         pytest.skip(f"RLIMIT_NOFILE allows fewer than {CONNECTIONS + 500} descriptors")
