@@ -77,13 +77,14 @@ def raise_fd_limit():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def health_get(port, path):
+def raw_get(port, path, timeout=5):
     """One GET on a new connection, as a load balancer's probe makes it: the status
-    code and the seconds until the connection was open. Plain sockets, so the
-    figure is the daemon's, not an HTTP library's."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+    code, the whole response, the time (monotonic) the connection was open, and
+    the seconds the whole request took. Plain sockets, so the figures are the
+    daemon's, not an HTTP library's. The integration tests use it too."""
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         connected = time.monotonic()
-        s.settimeout(5)
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n".encode())
         data = b""
         while True:
@@ -91,7 +92,13 @@ def health_get(port, path):
             if not b:
                 break
             data += b
-    return int(data.split(b" ", 2)[1]), connected
+    return int(data.split(b" ", 2)[1]), data, connected, time.monotonic() - start
+
+
+def health_get(port, path):
+    """The status code of a health probe, and the time its connection was open."""
+    code, _, connected, _ = raw_get(port, path)
+    return code, connected
 
 
 def poll_health(ports, stop, out):

@@ -8,6 +8,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -16,6 +17,8 @@ import requests
 
 SRC = pathlib.Path(os.environ.get("INFERD_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 BUILD = pathlib.Path(os.environ.get("INFERD_BUILD_DIR", SRC / "build"))
+sys.path.append(str(SRC / "tools"))
+import soak  # noqa: E402  (tools/soak.py: its plain-socket GET)
 INFERD = BUILD / "daemon" / "inferd"
 INFERCTL = BUILD / "tools" / "inferctl"
 
@@ -98,17 +101,9 @@ def fd_count(pid):
 
 def raw_get(port, path, timeout=10):
     """One GET on a new connection over a plain socket, as a load balancer's
-    probe makes it: (status, the whole response, seconds it took)."""
-    t = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            data += b
-    return int(data.split(b" ", 2)[1]), data, time.monotonic() - t
+    probe makes it (tools/soak.py's): (status, the whole response, seconds it took)."""
+    code, data, _, seconds = soak.raw_get(port, path, timeout)
+    return code, data, seconds
 
 
 _ports_given = set()
