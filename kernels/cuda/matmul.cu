@@ -787,9 +787,9 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
     else if (n <= 32) launch_mmq_tile<Block, 4>(o, nb, x, n, sm_count, stream);
     else launch_mmq_tile<Block, 8>(o, nb, x, n, sm_count, stream);
   }
-  if (n_tokens > kGemvTokens) {
-    if (n_tokens > kMmqTokens || !mmq_enabled())
-      for (const MatmulOut& o : outs)
+  if (n_tokens > kGemvTokens) {  // the weights on_mmq left take the dp4a tile
+    for (const MatmulOut& o : outs)
+      if (!on_mmq(o))
         launch_kernel(gemm_quant<Block>, gemm_grid(o.w.rows, n_tokens), 256, 0, stream,
                       static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n_tokens, o.y);
     return;
