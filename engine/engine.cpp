@@ -440,10 +440,12 @@ void Engine::stall_if_armed() {
 }
 
 // Fault point "logits.corrupt": while armed, every row's best token is pushed to
-// the bottom, as a corrupted weight or KV block would skew it.
+// the bottom, as a corrupted weight or KV block would skew it (the logits are
+// then brought back for every row, not drawn on the device).
+const faults::FaultPoint logits_corrupt("logits.corrupt");
+
 void Engine::corrupt_if_armed() {
-  static const faults::FaultPoint corrupt("logits.corrupt");
-  if (!corrupt.armed()) return;
+  if (!logits_corrupt.armed()) return;
   const size_t vocab = static_cast<size_t>(model_->config().vocab);
   for (size_t r = 0; r * vocab < logits_.size(); ++r) {
     float* row = logits_.data() + r * vocab;
@@ -457,11 +459,16 @@ void Engine::step() {
   // Counts first: a client that sees this step's tokens must find the requests
   // it admitted counted as running, not still waiting (admission reads them).
   publish_stats();
+  std::optional<DeviceDraws> draws;
+  if (model_->samples_on_device()) draws = plan_device_draws(plan);
   try {
     if (heartbeat_) heartbeat_->begin_step(plan.work());
     stall_if_armed();
     if (opts_.on_plan) opts_.on_plan(plan);  // the group's workers run it beside this rank
-    executor_->execute(plan, logits_);
+    if (draws)
+      executor_->execute(plan, draws->params, draws->logits_too, logits_, draws->tokens);
+    else
+      executor_->execute(plan, logits_);
     corrupt_if_armed();
     if (heartbeat_) heartbeat_->end_step();
   } catch (const kernels::Cancelled&) {
@@ -507,7 +514,7 @@ void Engine::step() {
   int row = 0;
   for (const auto& s : plan.seqs) {
     if (!s.sample) continue;
-    sample_seq(s, row, sampled, results);
+    sample_seq(s, row, draws ? &*draws : nullptr, sampled, results);
     row += s.logits_rows();
   }
   const auto outcomes = scheduler_->update(plan, sampled);
@@ -565,7 +572,22 @@ void Engine::step() {
   }
 }
 
-void Engine::sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken>& sampled,
+Engine::DeviceDraws Engine::plan_device_draws(const StepPlan& plan) {
+  DeviceDraws d;
+  for (const auto& s : plan.seqs) {
+    if (!s.sample) continue;
+    Live& r = *live_.at(s.seq);
+    std::optional<kernels::RowSampling> p;
+    if (s.num_drafts == 0 && !r.matcher && !logits_corrupt.armed()) p = r.sampler.device_params();
+    if (p) p->n_valid = n_tokens_;
+    d.logits_too |= !p;
+    d.params.insert(d.params.end(), static_cast<size_t>(s.logits_rows()), p.value_or(kernels::RowSampling{}));
+    d.drawn.insert(d.drawn.end(), static_cast<size_t>(s.logits_rows()), p.has_value());
+  }
+  return d;
+}
+
+void Engine::sample_seq(const ScheduledSeq& s, int row, const DeviceDraws* draws, std::vector<SampledToken>& sampled,
                         std::vector<SampleResult>& results) {
   const int vocab = model_->config().vocab;
   Live& r = *live_.at(s.seq);
@@ -575,6 +597,11 @@ void Engine::sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken
     r.cached_tokens = v.cached_tokens;
   }
   auto sample_row = [&](int at, std::span<const int32_t> context, int32_t draft) {
+    if (draws && draws->drawn[static_cast<size_t>(at)]) {
+      results.push_back({draws->tokens[static_cast<size_t>(at)]});
+      sampled.push_back({s.seq, results.back().token});
+      return results.back().token;
+    }
     std::span<float> logits(logits_.data() + static_cast<size_t>(at) * vocab, vocab);
     std::fill(logits.begin() + n_tokens_, logits.end(), -std::numeric_limits<float>::infinity());  // padding ids
     // Drafts never come with a grammar (take_inbox), so the matcher's state is this row's.

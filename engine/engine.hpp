@@ -245,9 +245,19 @@ class Engine {
   std::string reform_group(const std::string& reason);  // step loop; mu_ not held; why it failed, or empty
   void drop_cancelled();  // requests whose caller cancelled them (a hang-up, a timeout)
   void step();
+  // Tokens drawn where the model computes (Model::samples_on_device), by logits
+  // row: a row whose request needs its logits here (penalties, logprobs, a
+  // grammar, drafts to verify) is drawn here instead, and brings them back.
+  struct DeviceDraws {
+    std::vector<kernels::RowSampling> params;
+    std::vector<uint8_t> drawn;  // the row's token is tokens[row]
+    std::vector<int32_t> tokens;
+    bool logits_too = false;
+  };
+  DeviceDraws plan_device_draws(const StepPlan& plan);
   // Samples a sequence's rows of the step's logits from `row`: one token, or for
   // one with drafts the accepted drafts and then the target's token.
-  void sample_seq(const ScheduledSeq& s, int row, std::vector<SampledToken>& sampled,
+  void sample_seq(const ScheduledSeq& s, int row, const DeviceDraws* draws, std::vector<SampledToken>& sampled,
                   std::vector<SampleResult>& results);
   void stall_if_armed();
   void corrupt_if_armed();

@@ -32,6 +32,18 @@ int Executor::graph_size(int64_t n) const {
 
 void Executor::execute(const StepPlan& plan, std::vector<float>& logits) {
   batch_.clear();
+  run(plan, logits, nullptr);
+}
+
+void Executor::execute(const StepPlan& plan, std::span<const kernels::RowSampling> sampling, bool logits_too,
+                       std::vector<float>& logits, std::vector<int32_t>& tokens) {
+  batch_.clear();
+  batch_.sampling.assign(sampling.begin(), sampling.end());
+  batch_.logits_too = logits_too;
+  run(plan, logits, &tokens);
+}
+
+void Executor::run(const StepPlan& plan, std::vector<float>& logits, std::vector<int32_t>* tokens) {
   for (const auto& s : plan.seqs) {
     const int32_t table = batch_.add_table(s.block_table);
     const int n = static_cast<int>(s.tokens.size());
@@ -44,18 +56,22 @@ void Executor::execute(const StepPlan& plan, std::vector<float>& logits) {
   std::optional<kernels::LaunchScope> decode_step;
   const int size = plan.decode_only() ? graph_size(n) : 0;
   if (plan.decode_only()) decode_step.emplace(decode_batch_key(n));
-  if (size == 0) {
-    logits.resize(batch_.logits_rows.size() * vocab);
-    model_.forward(batch_, kv_, logits.data());
-    return;
-  }
-  // Every row samples here: the padding's rows come last, so the real rows'
-  // logits are the first n.
-  for (int64_t i = n; i < size; ++i)
+  auto forward = [&] {
+    const size_t rows = batch_.logits_rows.size();
+    if (tokens) tokens->resize(rows);
+    if (!tokens || batch_.logits_too) logits.resize(rows * vocab);
+    model_.forward(batch_, kv_, logits.data(), tokens ? tokens->data() : nullptr);
+  };
+  if (size == 0) return forward();
+  // Every row samples here: the padding's rows come last (greedy where the
+  // device samples), so the real rows' results are the first n.
+  for (int64_t i = n; i < size; ++i) {
     batch_.add(batch_.tokens.back(), batch_.positions.back(), batch_.table_of.back(), true);
-  logits.resize(static_cast<size_t>(size) * vocab);
-  backend_.run_captured(size, [&] { model_.forward(batch_, kv_, logits.data()); });
-  logits.resize(static_cast<size_t>(n) * vocab);
+    if (tokens) batch_.sampling.push_back({});
+  }
+  backend_.run_captured(size, forward);
+  if (tokens) tokens->resize(static_cast<size_t>(n));
+  if (!tokens || batch_.logits_too) logits.resize(static_cast<size_t>(n) * vocab);
 }
 
 }  // namespace inferd::engine

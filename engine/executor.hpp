@@ -10,6 +10,7 @@
 // and replayed at every position after. Wider steps, and every step elsewhere,
 // run as they are.
 #pragma once
+#include <span>
 #include <vector>
 
 #include "engine/kv/kv_cache.hpp"
@@ -25,6 +26,11 @@ class Executor {
   // logits: resized to one row of the model's vocab per logits row the plan wants
   // (ScheduledSeq::logits_rows), in plan order.
   void execute(const StepPlan& plan, std::vector<float>& logits);
+  // The same with the model sampling on its device (Model::samples_on_device):
+  // tokens gets each logits row's token drawn as sampling[row] says, and logits
+  // are filled only when logits_too.
+  void execute(const StepPlan& plan, std::span<const kernels::RowSampling> sampling, bool logits_too,
+               std::vector<float>& logits, std::vector<int32_t>& tokens);
 
   // The graph size a decode step of n sequences runs as; 0: none (it runs as it is).
   int graph_size(int64_t n) const;
@@ -34,6 +40,8 @@ class Executor {
   KvCache& kv_;
   kernels::Backend& backend_;
   std::vector<int> graph_sizes_;
+  void run(const StepPlan& plan, std::vector<float>& logits, std::vector<int32_t>* tokens);
+
   StepBatch batch_;  // reused between steps: its vectors keep their capacity
 };
 

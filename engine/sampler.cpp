@@ -169,6 +169,20 @@ Sampler::Sampler(const SamplingParams& params) : params_(params) {
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
+std::optional<kernels::RowSampling> Sampler::device_params() {
+  const SamplingParams& p = params_;
+  if (p.logprobs >= 0 || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+    return std::nullopt;
+  kernels::RowSampling r;
+  r.greedy = p.greedy();
+  r.temperature = p.temperature;
+  r.top_k = p.top_k;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  if (!r.greedy) r.random = rng_();
+  return r;
+}
+
 SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> context,
                              std::span<const int32_t> generated) {
   return verify(logits, context, generated, -1);

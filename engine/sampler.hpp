@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/backend.hpp"
+
 namespace inferd::engine {
 
 constexpr int kMaxLogprobs = 20;
@@ -70,6 +72,12 @@ class Sampler {
   // when it was accepted, and is distributed as p either way. Greedy: the argmax.
   SampleResult verify(std::span<float> logits, std::span<const int32_t> context, std::span<const int32_t> generated,
                       int32_t draft);
+
+  // This draw's parameters for sampling where the logits are (Backend::sample),
+  // its randomness taken from this sampler's generator, so a seed still gives
+  // the same tokens on the same device; nullopt where the device cannot draw as
+  // sample() does: penalties and logprobs need the logits here.
+  std::optional<kernels::RowSampling> device_params();
 
   const SamplingParams& params() const { return params_; }
 

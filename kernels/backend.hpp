@@ -63,6 +63,20 @@ struct AttentionExtras {
   int32_t window = 0;
 };
 
+// How one logits row is sampled where the logits are (engine/sampler.hpp gives
+// the parameters' meaning): the argmax when greedy, else a draw from the
+// softmax of logits / temperature truncated by top-k, then top-p, then min-p.
+// `random` is the row's randomness: the same bits draw the same token.
+struct RowSampling {
+  bool greedy = true;
+  float temperature = 1;
+  int32_t top_k = 0;  // <= 0: off
+  float top_p = 1;
+  float min_p = 0;
+  int32_t n_valid = 0;  // ids from here on (a vocabulary padded past the tokenizer) are never drawn
+  uint64_t random = 0;
+};
+
 struct RopeParams {
   int n_rot = 0;           // rotated dimensions per head (<= head_dim)
   float freq_base = 10000.f;
@@ -210,6 +224,11 @@ class Backend {
     (void)x, (void)s, (void)n;
     throw std::logic_error(name() + " backend: scale is not implemented");
   }
+  // x = cap * tanh(x / cap), elementwise over n: soft-capped logits.
+  virtual void softcap(float* x, float cap, int64_t n) {
+    (void)x, (void)cap, (void)n;
+    throw std::logic_error(name() + " backend: softcap is not implemented");
+  }
   // Each of n_rows rows of y (n wide) += x: a bias. Runs as one add per row,
   // so it registers the launch key of add(n).
   virtual void add_rows(float* y, const float* x, int64_t n_rows, int64_t n) {
@@ -230,6 +249,15 @@ class Backend {
     if (extras.softcap != 0 || extras.window != 0)
       throw std::logic_error(name() + " backend: attention with soft-capped scores or a sliding window is not implemented");
     attention(kv, toks, n_tokens, reach, q, n_heads, scale, out);
+  }
+
+  // Sampling where the logits are, so a step needs to bring back only its
+  // tokens. tokens[r] = the token drawn from row r of logits ([rows][vocab]) as
+  // params[r] says; logits, params and tokens are in the backend's memory.
+  virtual bool can_sample() const { return false; }
+  virtual void sample(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* tokens) {
+    (void)logits, (void)rows, (void)vocab, (void)params, (void)tokens;
+    throw std::logic_error(name() + " backend: sample is not implemented");
   }
 
   ShapeRegistry& shapes() { return ShapeRegistry::global(); }

@@ -47,6 +47,7 @@ class ShapeTracer final : public Backend {
   bool has_extra_ops() const override { return true; }
   void gelu_mul(const float*, const float*, float*, int64_t n) override { record(launch_keys::gelu_mul(n)); }
   void scale(float*, float, int64_t n) override { record(launch_keys::scale(n)); }
+  void softcap(float*, float, int64_t n) override { record(launch_keys::softcap(n)); }
   void kv_store(const KvLayerView& kv, const AttnToken*, int64_t n_tokens, const float*, const float*) override {
     record(launch_keys::kv_store(kv, n_tokens));
   }

@@ -1,6 +1,6 @@
-// Greedy generation of several requests submitted together, for tests that
-// compare engines: each request's token ids, the chosen token's logprob and the
-// margin between the two best tokens at each position.
+// Generation of several requests submitted together, for tests that compare
+// engines: each request's token ids, and when greedy (with two logprobs) the
+// chosen token's logprob and the margin between the two best tokens at each position.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -20,8 +20,8 @@ struct Generated {
   std::vector<float> margin;   // best minus second-best logprob
 };
 
-inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
-                                              const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+inline std::vector<Generated> generate(inferd::engine::Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
+                                       int max_tokens, const inferd::engine::SamplingParams& sampling) {
   namespace engine = inferd::engine;
   std::mutex mu;
   std::condition_variable cv;
@@ -32,8 +32,7 @@ inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
     engine::GenerationRequest r;
     r.id = std::to_string(i);
     r.prompt = prompts[i];
-    r.sampling.temperature = 0;
-    r.sampling.logprobs = 2;
+    r.sampling = sampling;
     r.max_tokens = max_tokens;
     r.ignore_eos = true;
     r.sink = [&, i](engine::Delta&& d) {
@@ -55,6 +54,14 @@ inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
   std::unique_lock lk(mu);
   REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == prompts.size(); }));
   return out;
+}
+
+inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
+                                              const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+  inferd::engine::SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.logprobs = 2;
+  return generate(eng, prompts, max_tokens, greedy);
 }
 
 }  // namespace test_engine

@@ -35,13 +35,17 @@ constexpr const char* kUsage =
     "usage: inferctl bench engine [--model PATH] [--threads N] [--n-prompt 128,512] [--n-gen 128]\n"
     "                             [--n-depth 0] [--batch 8] [--repetitions 3] [--device cpu|cuda[:N]]\n"
     "                             [--cuda-graph-sizes 1,2,4,8] [--enforce-eager] [--drafts 1,3,5]\n"
+    "                             [--host-logits]\n"
     "The engine alone, as JSON: prefill tok/s at each prompt length; decode tok/s at batch 1, n-gen\n"
     "tokens after n-depth tokens already in the KV cache (llama-bench's tg with -d); and the\n"
     "aggregate of --batch streams decoding together. Median of --repetitions runs; seeded random\n"
     "token ids. --device cuda runs on CUDA device N (default 0), in builds with CUDA; there decode\n"
     "steps of --cuda-graph-sizes run as CUDA graphs (as inferd's), unless --enforce-eager.\n"
     "--drafts K,...: also the time of a speculative verify step of one stream (its last token and K\n"
-    "drafts, logits at each of the 1 + K positions) against a decode step's, at the same depths.\n";
+    "drafts, logits at each of the 1 + K positions) against a decode step's, at the same depths.\n"
+    "Where the model samples on its device (CUDA), each step draws its greedy tokens there and brings\n"
+    "back only those, as inferd does for such requests; --host-logits brings back every row's logits\n"
+    "instead (the path of requests with penalties, logprobs or a grammar).\n";
 
 }  // namespace
 
@@ -51,7 +55,7 @@ int cmd_bench_engine(const Args& args) {
     return 0;
   }
   args.allow_only({"model", "threads", "repetitions", "n-gen", "n-depth", "batch", "n-prompt", "device",
-                   "cuda-graph-sizes", "enforce-eager", "drafts"});
+                   "cuda-graph-sizes", "enforce-eager", "drafts", "host-logits"});
   const std::string model_path = args.get("model", default_model_path());
   const int threads = args.get_int("threads", 0);
   const int reps = args.get_int("repetitions", 3);
@@ -91,10 +95,13 @@ int cmd_bench_engine(const Args& args) {
   std::vector<float> logits;
   graph_sizes = engine::graph_sizes_for(*backend, graph_sizes, std::max(batch, 1), std::max(batch, max_prompt));
   engine::Executor exec(*model, kv, *backend, graph_sizes);
+  const bool device_draws = model->samples_on_device() && args.get("host-logits", "false") != "true";
+  std::vector<kernels::RowSampling> greedy;  // one per logits row
+  std::vector<int32_t> tokens;
   std::string graphs;
   for (int g : graph_sizes) graphs.append(graphs.empty() ? "" : ",").append(std::to_string(g));
   boost::json::object out{{"model", model_path}, {"backend", backend->name()}, {"threads", backend->threads()},
-                          {"graph_sizes", graphs}};
+                          {"graph_sizes", graphs}, {"sampling", device_draws ? "device greedy" : "host logits"}};
 
   // One step: stream s feeds n random tokens from position `start`, the last
   // `n_drafts` of them as drafts (logits at each).
@@ -112,7 +119,9 @@ int cmd_bench_engine(const Args& args) {
       q.num_drafts = n_drafts;
       plan.seqs.push_back(std::move(q));
     }
-    exec.execute(plan, logits);
+    if (!device_draws) return exec.execute(plan, logits);
+    greedy.assign(static_cast<size_t>(streams) * (1 + n_drafts), kernels::RowSampling{});
+    exec.execute(plan, greedy, false, logits, tokens);
   };
 
   // Warm the caches and the thread pool once so the first repetition is not an

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,9 @@ class DecoderModel final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
 
-  void forward(const StepBatch& b, KvCache& kv, float* logits) override {
+  bool samples_on_device() const override { return be_.can_sample() && !be_.host_visible() && tp_.size == 1; }
+
+  void forward(const StepBatch& b, KvCache& kv, float* logits, int32_t* tokens) override {
     const int64_t T = static_cast<int64_t>(b.size());
     if (T == 0) return;
     const int D = cfg_.dim, H = heads_, Hkv = cfg_.kv_heads_here, hd = cfg_.head_dim;
@@ -119,21 +122,22 @@ class DecoderModel final : public Model {
     be_.get_rows(rows, in.logits_rows, R, h);
     be_.rmsnorm(h, out_norm_, q, R, D, cfg_.norm_eps);
     const size_t n_logits = static_cast<size_t>(R) * cfg_.vocab;
-    if (tp_.size > 1) {
+    // Where the head writes: the host's logits, or device scratch downloaded
+    // last (capped there too: a captured step's download lands after forward returns).
+    float* out = be_.host_visible() || tp_.size > 1 ? logits : logits_.reserve(be_, n_logits);
+    if (tp_.size > 1)
       gather_logits(q, R, logits);
-    } else if (be_.host_visible()) {
-      be_.matmul(output_, q, R, logits);
-    } else {
-      float* dev = logits_.reserve(be_, n_logits);
-      be_.matmul(output_, q, R, dev);
-      be_.download(logits, dev, n_logits * sizeof(float));
+    else
+      be_.matmul(output_, q, R, out);
+    if (final_softcap_ > 0) be_.softcap(out, final_softcap_, static_cast<int64_t>(n_logits));
+    if (!b.sampling.empty()) {
+      if (!samples_on_device()) throw std::logic_error("forward: this model does not sample on its device");
+      auto* sampled = reinterpret_cast<int32_t*>(sampled_.reserve(be_, R));  // ids in float-sized slots
+      be_.sample(out, R, cfg_.vocab, in.sampling, sampled);
+      be_.download(tokens, sampled, static_cast<size_t>(R) * sizeof(int32_t));
+      if (!b.logits_too) return;
     }
-    // On the host, where the logits are: R rows of the vocabulary, once per step.
-    // (A backend that captures steps lands its downloads only after forward
-    // returns; the Gemma models that cap logits need has_extra_ops(), which no
-    // such backend has today.)
-    if (final_softcap_ > 0)
-      for (size_t i = 0; i < n_logits; ++i) logits[i] = final_softcap_ * std::tanh(logits[i] / final_softcap_);
+    if (out != logits) be_.download(logits, out, n_logits * sizeof(float));
   }
 
  private:
@@ -198,7 +202,7 @@ class DecoderModel final : public Model {
     const bool extra = opts_.embed_scale || opts_.gelu || attn_softcap_ > 0 || window_ > 0;
     if (extra && !be_.has_extra_ops())
       throw LoadError(f.path(), 0, "architecture '" + a + "' needs ops the " + be_.name() +
-                                       " backend does not have (GELU, scaling, soft-capped or windowed attention)");
+                                       " backend does not have (GELU, scaling, soft-capping, windowed attention)");
   }
 
   // This rank's heads, hidden columns and vocabulary: whole kv-head groups, and
@@ -405,7 +409,7 @@ class DecoderModel final : public Model {
   const float* out_norm_ = nullptr;
   std::vector<DecoderLayer> layers_;
   StepStaging staging_;
-  ActivationBuffer x_, h_, q_, k_, v_, att_, gate_, up_, logits_;
+  ActivationBuffer x_, h_, q_, k_, v_, att_, gate_, up_, logits_, sampled_;
 };
 
 }  // namespace

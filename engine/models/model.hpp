@@ -42,6 +42,11 @@ struct StepBatch {
   std::vector<int32_t> block_tables;  // every sequence's table, one after another
   // Indices into `tokens` whose logits are wanted (usually each sequence's last token).
   std::vector<int32_t> logits_rows;
+  // Sampling where the logits are (Model::samples_on_device): one entry per
+  // logits row. Empty: the logits come back and the caller samples.
+  std::vector<kernels::RowSampling> sampling;
+  // With `sampling`: the logits come back as well (a row is sampled by the caller).
+  bool logits_too = false;
 
   size_t size() const { return tokens.size(); }
   void clear() {
@@ -50,6 +55,8 @@ struct StepBatch {
     table_of.clear();
     block_tables.clear();
     logits_rows.clear();
+    sampling.clear();
+    logits_too = false;
   }
   // Appends a sequence's block table; returns what add() takes as `table`.
   int32_t add_table(std::span<const int32_t> table) {
@@ -75,8 +82,13 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // Runs the step; logits (host memory) gets logits_rows.size() rows of config().vocab floats.
-  virtual void forward(const StepBatch& batch, KvCache& kv, float* logits) = 0;
+  // Runs the step; logits (host memory) gets logits_rows.size() rows of
+  // config().vocab floats. With batch.sampling, tokens (host memory) gets each
+  // row's sampled token instead, and logits only if batch.logits_too.
+  virtual void forward(const StepBatch& batch, KvCache& kv, float* logits, int32_t* tokens) = 0;
+  void forward(const StepBatch& batch, KvCache& kv, float* logits) { forward(batch, kv, logits, nullptr); }
+  // Whether forward() takes batch.sampling: its backend samples and one rank holds the whole vocabulary.
+  virtual bool samples_on_device() const { return false; }
 };
 
 }  // namespace inferd::engine

@@ -17,6 +17,7 @@ struct StepInputs {
   const int32_t* positions = nullptr;
   const kernels::AttnToken* attn = nullptr;
   const int32_t* logits_rows = nullptr;
+  const kernels::RowSampling* sampling = nullptr;  // with StepBatch::sampling
 };
 
 class StepStaging {

@@ -290,6 +290,13 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void softcap(float* x, float cap, int64_t n) override {
+    LaunchScope scope(launch_keys::softcap(n));
+    elementwise(n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) x[i] = cap * std::tanh(x[i] / cap);
+    });
+  }
+
   void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
                 const float* v) override {
     LaunchScope scope(launch_keys::kv_store(kv, n_tokens));

@@ -12,7 +12,9 @@
 // Against the CPU backend: queries are rounded to the cache's precision as it
 // does; the probabilities are not rounded to f16 (the CPU rounds them after a
 // whole-row softmax, which an online softmax never holds), and sums run in
-// another order, so results differ at the level of f16 rounding.
+// another order, so results differ at the level of f16 rounding. Soft-capped
+// scores and a sliding window (Gemma) are taken as the CPU takes them; a
+// window's slices outside it read nothing.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -51,6 +53,20 @@ __device__ inline void load8(const T* p, float (&v)[8]) {
 __device__ inline float to_float(__half h) { return __half2float(h); }
 __device__ inline float to_float(float f) { return f; }
 
+// A score as the CPU backend takes it: soft-capped when the model asks.
+__device__ inline float capped(float s, float cap) { return cap > 0 ? cap * tanhf(s / cap) : s; }
+
+// A slice's positions [begin, end): its share of the token's context, within
+// the sliding window when there is one (positions pos - window + 1 .. pos).
+struct SliceRange {
+  int32_t begin, end;
+};
+__device__ inline SliceRange slice_range(int32_t pos, int target, int split, int32_t window) {
+  const int32_t len = slice_len(pos, target);
+  const int32_t lo = window > 0 ? max(0, pos + 1 - window) : 0;
+  return {max(split * len, lo), min(split * len + len, pos + 1)};
+}
+
 // Shared memory of one block, in floats: queries and accumulators [group][hd],
 // scores [group][kChunk], running max, sum and rescale factor per query, then
 // each chunk position's row offset (int64, 8-byte aligned).
@@ -66,8 +82,8 @@ __device__ inline void empty_slice(int64_t t, int kvh, int group, int n_heads, i
 
 template <class T>
 __global__ __launch_bounds__(kChunk) void attention_kernel(KvLayerView kv, const AttnToken* toks, const float* q,
-                                                           int n_heads, float scale, int target, float* out,
-                                                           float* part_acc, float2* part_ml) {
+                                                           int n_heads, float scale, AttentionExtras ex, int target,
+                                                           float* out, float* part_acc, float2* part_ml) {
   grid_dependency();
   extern __shared__ float smem[];
   const int hd = kv.head_dim, n_kv = kv.n_kv_heads, group = n_heads / n_kv, bs = kv.block_size;
@@ -84,10 +100,8 @@ __global__ __launch_bounds__(kChunk) void attention_kernel(KvLayerView kv, const
   const int kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int32_t pos = toks[t].pos;
   const int32_t* bt = toks[t].block_table;
-  const int32_t len = slice_len(pos, target);
-  const int32_t p_begin = split * len;
-  if (p_begin > pos) return empty_slice(t, kvh, group, n_heads, splits, split, part_ml);
-  const int32_t p_end = min(p_begin + len, pos + 1);
+  const auto [p_begin, p_end] = slice_range(pos, target, split, ex.window);
+  if (p_begin >= p_end) return empty_slice(t, kvh, group, n_heads, splits, split, part_ml);
   const float* qt = q + (t * n_heads + int64_t(kvh) * group) * hd;
 
   for (int i = tid; i < group * hd; i += kChunk) {
@@ -118,7 +132,7 @@ __global__ __launch_bounds__(kChunk) void attention_kernel(KvLayerView kv, const
 #pragma unroll
           for (int e = 0; e < 8; ++e) dot += qg[d + e] * kv8[e];
         }
-        sc[g * kChunk + tid] = dot * scale;
+        sc[g * kChunk + tid] = capped(dot * scale, ex.softcap);
       }
     }
     __syncthreads();
@@ -178,8 +192,8 @@ constexpr int kUnroll = 4;
 
 template <class T, int HD, int G>
 __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const AttnToken* toks, const float* q,
-                                                         int n_heads, float scale, int target, float* out,
-                                                         float* part_acc, float2* part_ml) {
+                                                         int n_heads, float scale, AttentionExtras ex, int target,
+                                                         float* out, float* part_acc, float2* part_ml) {
   grid_dependency();
   constexpr int L = HD / 8, R = kChunk / L;
   __shared__ float sc[G][kChunk];
@@ -193,10 +207,8 @@ __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const A
   const int kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int32_t pos = toks[t].pos;
   const int32_t* bt = toks[t].block_table;
-  const int32_t len = slice_len(pos, target);
-  const int32_t p_begin = split * len;
-  if (p_begin > pos) return empty_slice(t, kvh, group, n_heads, splits, split, part_ml);
-  const int32_t p_end = min(p_begin + len, pos + 1);
+  const auto [p_begin, p_end] = slice_range(pos, target, split, ex.window);
+  if (p_begin >= p_end) return empty_slice(t, kvh, group, n_heads, splits, split, part_ml);
 
   float qv[G][8], acc[G][8];
 #pragma unroll
@@ -252,7 +264,7 @@ __global__ __launch_bounds__(kChunk) void attention_fast(KvLayerView kv, const A
         const int i = i0 + u * R + r;
         if (sub == 0 && i < n)
 #pragma unroll
-          for (int g = 0; g < G; ++g) sc[g][i] = d[g] * scale;
+          for (int g = 0; g < G; ++g) sc[g][i] = capped(d[g] * scale, ex.softcap);
       }
     }
     __syncthreads();
@@ -367,8 +379,9 @@ __global__ void attention_combine(const float* part_acc, const float2* part_ml, 
 
 // The fast kernel for this head size and group, if there is one.
 template <class T, int HD>
-bool launch_fast_hd(const KvLayerView& kv, const AttnToken* toks, const float* q, int n_heads, float scale, float* out,
-                    AttnSplit split, float* part_acc, float2* part_ml, dim3 grid, cudaStream_t stream) {
+bool launch_fast_hd(const KvLayerView& kv, const AttnToken* toks, const float* q, int n_heads, float scale,
+                    AttentionExtras ex, float* out, AttnSplit split, float* part_acc, float2* part_ml, dim3 grid,
+                    cudaStream_t stream) {
   const int group = n_heads / kv.n_kv_heads;
   auto* kernel = group <= 1   ? attention_fast<T, HD, 1>
                  : group <= 2 ? attention_fast<T, HD, 2>
@@ -376,24 +389,28 @@ bool launch_fast_hd(const KvLayerView& kv, const AttnToken* toks, const float* q
                  : group <= 8 ? attention_fast<T, HD, 8>
                               : nullptr;
   if (!kernel) return false;
-  launch_kernel(kernel, grid, kChunk, 0, stream, kv, toks, q, n_heads, scale, split.target, out, part_acc, part_ml);
+  launch_kernel(kernel, grid, kChunk, 0, stream, kv, toks, q, n_heads, scale, ex, split.target, out, part_acc,
+                part_ml);
   return true;
 }
 
 template <class T>
-bool launch_fast(const KvLayerView& kv, const AttnToken* toks, const float* q, int n_heads, float scale, float* out,
-                 AttnSplit split, float* part_acc, float2* part_ml, dim3 grid, cudaStream_t stream) {
+bool launch_fast(const KvLayerView& kv, const AttnToken* toks, const float* q, int n_heads, float scale,
+                 AttentionExtras ex, float* out, AttnSplit split, float* part_acc, float2* part_ml, dim3 grid,
+                 cudaStream_t stream) {
   switch (kv.head_dim) {
-    case 64: return launch_fast_hd<T, 64>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream);
-    case 128: return launch_fast_hd<T, 128>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream);
-    case 256: return launch_fast_hd<T, 256>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream);
+    case 64: return launch_fast_hd<T, 64>(kv, toks, q, n_heads, scale, ex, out, split, part_acc, part_ml, grid, stream);
+    case 128:
+      return launch_fast_hd<T, 128>(kv, toks, q, n_heads, scale, ex, out, split, part_acc, part_ml, grid, stream);
+    case 256:
+      return launch_fast_hd<T, 256>(kv, toks, q, n_heads, scale, ex, out, split, part_acc, part_ml, grid, stream);
     default: return false;
   }
 }
 
 template <class T>
 void launch(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads, float scale,
-            float* out, AttnSplit split, float* scratch, cudaStream_t stream) {
+            AttentionExtras ex, float* out, AttnSplit split, float* scratch, cudaStream_t stream) {
   const int group = n_heads / kv.n_kv_heads;
   const size_t smem = size_t(smem_floats(group, kv.head_dim)) * sizeof(float) + kChunk * sizeof(int64_t);
   float* part_acc = scratch;
@@ -403,8 +420,8 @@ void launch(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, cons
   if (smem > 48 * 1024)
     check(cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "attention: cudaFuncSetAttribute");
-  if (!launch_fast<T>(kv, toks, q, n_heads, scale, out, split, part_acc, part_ml, grid, stream))
-    launch_kernel(attention_kernel<T>, grid, kChunk, smem, stream, kv, toks, q, n_heads, scale, split.target, out,
+  if (!launch_fast<T>(kv, toks, q, n_heads, scale, ex, out, split, part_acc, part_ml, grid, stream))
+    launch_kernel(attention_kernel<T>, grid, kChunk, smem, stream, kv, toks, q, n_heads, scale, ex, split.target, out,
                   part_acc, part_ml);
   check_launch("attention");
   if (split.splits > 1) {
@@ -435,11 +452,12 @@ int64_t attention_scratch_floats(int64_t n_tokens, int n_heads, int head_dim, At
 }
 
 void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads,
-               float scale, float* out, AttnSplit split, float* scratch, cudaStream_t stream) {
+               float scale, const AttentionExtras& extras, float* out, AttnSplit split, float* scratch,
+               cudaStream_t stream) {
   if (kv.type == DType::F16)
-    launch<__half>(kv, toks, n_tokens, q, n_heads, scale, out, split, scratch, stream);
+    launch<__half>(kv, toks, n_tokens, q, n_heads, scale, extras, out, split, scratch, stream);
   else
-    launch<float>(kv, toks, n_tokens, q, n_heads, scale, out, split, scratch, stream);
+    launch<float>(kv, toks, n_tokens, q, n_heads, scale, extras, out, split, scratch, stream);
 }
 
 }  // namespace inferd::kernels::cuda

@@ -143,7 +143,8 @@ class CudaBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override {
     select();
     if (mode_ != Mode::Eager) {
-      queue("download", src, bytes);
+      // Issued after the graph, not part of it: a replay may bring back other
+      // results (its tokens alone, or its logits too) than its recording did.
       downloads_.push_back({dst, src, bytes});
       return;
     }
@@ -274,6 +275,37 @@ class CudaBackend final : public Backend {
     cuda::silu_mul(gate, up, out, n, stream_);
   }
 
+  bool can_sample() const override { return true; }
+
+  void sample(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* tokens) override {
+    select();
+    if (!queue("sample", logits, rows, vocab, params, tokens)) return;
+    cuda::sample(logits, rows, vocab, params, tokens, stream_);
+  }
+
+  bool has_extra_ops() const override { return true; }
+
+  void gelu_mul(const float* gate, const float* up, float* out, int64_t n) override {
+    LaunchScope scope(launch_keys::gelu_mul(n));
+    select();
+    if (!queue("gelu_mul", gate, up, out, n)) return;
+    cuda::gelu_mul(gate, up, out, n, stream_);
+  }
+
+  void scale(float* x, float s, int64_t n) override {
+    LaunchScope scope(launch_keys::scale(n));
+    select();
+    if (!queue("scale", x, s, n)) return;
+    cuda::scale(x, s, n, stream_);
+  }
+
+  void softcap(float* x, float cap, int64_t n) override {
+    LaunchScope scope(launch_keys::softcap(n));
+    select();
+    if (!queue("softcap", x, cap, n)) return;
+    cuda::softcap(x, cap, n, stream_);
+  }
+
   void add(float* y, const float* x, int64_t n) override {
     LaunchScope scope(launch_keys::add(n));
     select();
@@ -302,6 +334,11 @@ class CudaBackend final : public Backend {
 
   void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach_pos, const float* q,
                  int n_heads, float scale, float* out) override {
+    attention_extra(kv, toks, n_tokens, reach_pos, q, n_heads, scale, {}, out);
+  }
+
+  void attention_extra(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach_pos,
+                       const float* q, int n_heads, float scale, const AttentionExtras& extras, float* out) override {
     throw_if_cancelled();
     if (n_tokens <= 0) {
       LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
@@ -315,6 +352,8 @@ class CudaBackend final : public Backend {
     if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
       throw std::invalid_argument("attention: heads not a multiple of kv heads, or head_dim too large");
     if (kv.head_dim % 8 != 0) throw std::invalid_argument("attention: head_dim must be a multiple of 8 on CUDA");
+    if (!(extras.softcap >= 0) || extras.window < 0)
+      throw std::invalid_argument("attention: negative soft cap or sliding window");
     // A captured step serves every position: it launches every slice a token can have.
     const int64_t reads = mode_ == Mode::Eager ? reach_pos : 0;
     const AttnSplit split = cuda::attention_split(n_tokens, kv.n_kv_heads, reads, sm_count_);
@@ -322,9 +361,9 @@ class CudaBackend final : public Backend {
     float* scratch = floats > 0 ? static_cast<float*>(grow(attn_, size_t(floats) * sizeof(float), "attention: scratch"))
                                 : nullptr;
     if (!queue("attention", kv.type, kv.k, kv.v, kv.block_size, kv.n_kv_heads, kv.head_dim, toks, n_tokens, q,
-               n_heads, scale, out, scratch, split.splits, split.target))
+               n_heads, scale, extras.softcap, extras.window, out, scratch, split.splits, split.target))
       return;
-    cuda::attention(kv, toks, n_tokens, q, n_heads, scale, out, split, scratch, stream_);
+    cuda::attention(kv, toks, n_tokens, q, n_heads, scale, extras, out, split, scratch, stream_);
   }
 
  protected:

@@ -56,7 +56,14 @@ void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64
                    const RopeParams& p, float theta_scale, const KvLayerView& kv, const AttnToken* toks,
                    cudaStream_t stream);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// Gemma's ops: gelu(gate) * up (tanh approximation), x *= s, x = cap * tanh(x / cap).
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+void scale(float* x, float s, int64_t n, cudaStream_t stream);
+void softcap(float* x, float cap, int64_t n, cudaStream_t stream);
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
+// tokens[r] = the token sampled from row r of logits ([rows][vocab]) as params[r] says (sampling.cu).
+void sample(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* tokens,
+            cudaStream_t stream);
 void add_rows(float* y, const float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
 void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k, const float* v,
               cudaStream_t stream);
@@ -79,6 +86,7 @@ AttnSplit attention_split(int64_t n_tokens, int n_kv_heads, int64_t reach, int s
 // Floats of scratch attention needs for that split (0 when unsplit).
 int64_t attention_scratch_floats(int64_t n_tokens, int n_heads, int head_dim, AttnSplit split);
 void attention(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* q, int n_heads,
-               float scale, float* out, AttnSplit split, float* scratch, cudaStream_t stream);
+               float scale, const AttentionExtras& extras, float* out, AttnSplit split, float* scratch,
+               cudaStream_t stream);
 
 }  // namespace inferd::kernels::cuda

@@ -1,5 +1,5 @@
 // The CUDA backend's row and elementwise ops: embedding lookup, rmsnorm, rope,
-// silu_mul, add and the KV cache store. Each reproduces the CPU scalar kernels'
+// silu_mul, gelu_mul, scale, softcap, add and the KV cache store. Each reproduces the CPU scalar kernels'
 // order of float operations (explicit __f*_rn: no contraction into FMAs), so
 // results agree to the last bit except where a libm function rounds differently.
 #include <cuda_bf16.h>
@@ -232,6 +232,30 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
   }
 }
 
+// The CPU's formula (kernels/cpu/kernel_table.hpp): x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)).
+__global__ void gelu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  grid_dependency();
+  constexpr float k = 2.0f * 0.7978845608f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = gate[i];
+    const float z = __fmul_rn(k, __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x)));
+    const float e = static_cast<float>(exp(-static_cast<double>(z)));
+    out[i] = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, e)), up[i]);
+  }
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  grid_dependency();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = __fmul_rn(x[i], s);
+}
+
+__global__ void softcap_kernel(float* x, float cap, int64_t n) {
+  grid_dependency();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = __fmul_rn(cap, static_cast<float>(tanh(static_cast<double>(__fdiv_rn(x[i], cap)))));
+}
+
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
   grid_dependency();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -323,6 +347,24 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStr
   if (n <= 0) return;
   launch_kernel(silu_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, out, n);
   check_launch("silu_mul");
+}
+
+void gelu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_kernel(gelu_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, out, n);
+  check_launch("gelu_mul");
+}
+
+void scale(float* x, float s, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_kernel(scale_kernel, blocks_for(n), kThreads, 0, stream, x, s, n);
+  check_launch("scale");
+}
+
+void softcap(float* x, float cap, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_kernel(softcap_kernel, blocks_for(n), kThreads, 0, stream, x, cap, n);
+  check_launch("softcap");
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t stream) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/sampler.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/launch_keys.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -298,6 +299,95 @@ TEST_CASE("rmsnorm, silu_mul and add match the CPU") {
   }
 }
 
+TEST_CASE("gelu_mul, scale and softcap (Gemma's ops) match the CPU") {
+  for (int64_t n : {1, 1000, 1 << 20}) {
+    const auto g = random_floats(n, 55, -8.0f, 8.0f), u = random_floats(n, 56);
+    std::vector<float> want(n);
+    cpu().gelu_mul(g.data(), u.data(), want.data(), n);
+    Buffer dg = to_gpu(g), du = to_gpu(u), out = poisoned(n);
+    gpu().gelu_mul(dg.as<float>(), du.as<float>(), out.as<float>(), n);
+    expect_close("gelu_mul n=" + std::to_string(n), from_gpu<float>(out, n), want, 1e-6);
+
+    std::vector<float> scaled = g;
+    cpu().scale(scaled.data(), 1.7f, n);
+    gpu().scale(dg.as<float>(), 1.7f, n);
+    expect_close("scale n=" + std::to_string(n), from_gpu<float>(dg, n), scaled, 0.0);
+
+    std::vector<float> capped = scaled;
+    cpu().softcap(capped.data(), 5.0f, n);
+    gpu().softcap(dg.as<float>(), 5.0f, n);
+    expect_close("softcap n=" + std::to_string(n), from_gpu<float>(dg, n), capped, 1e-6);
+  }
+}
+
+TEST_CASE("sample: greedy rows take the argmax; drawn rows follow the CPU sampler's distribution") {
+  // Greedy: the first of equal maxima; ids from n_valid on are never taken.
+  {
+    const int64_t vocab = 70000, rows = 4;
+    auto logits = random_floats(rows * vocab, 71, -5.0f, 5.0f);
+    logits[1 * vocab + 9] = logits[1 * vocab + 7] = 50.0f;  // a tie: 7
+    logits[2 * vocab + vocab - 1] = 1000.0f;                // padding past n_valid
+    logits[3 * vocab + 123] = NAN;                          // NaN never wins
+    std::vector<RowSampling> params(rows);
+    params[2].n_valid = int32_t(vocab - 5);
+    std::vector<int32_t> want(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = params[r].n_valid > 0 ? params[r].n_valid : vocab;
+      float best = -INFINITY;
+      for (int64_t i = 0; i < n; ++i)
+        if (logits[r * vocab + i] > best) best = logits[r * vocab + i], want[r] = int32_t(i);
+    }
+    CHECK(want[1] == 7);
+    Buffer dl = to_gpu(logits), dp = to_gpu(params), dt = to_gpu(std::vector<int32_t>(rows, -1));
+    gpu().sample(dl.as<float>(), rows, vocab, dp.as<RowSampling>(), dt.as<int32_t>());
+    CHECK(from_gpu<int32_t>(dt, rows) == want);
+  }
+  // Drawn: many rows of the same logits, each with its own random bits, against
+  // the distribution the CPU's sampler draws from (engine::sampling_distribution):
+  // no token outside its support, each frequency within 5 standard deviations.
+  const int64_t vocab = 3000, rows = 20000;
+  std::vector<float> row(vocab, -30.0f);  // the tail: about 1e-13 each
+  const float head[] = {2.0f, 1.7f, 1.3f, 1.0f, 0.5f, 0.0f, -1.0f, -2.0f};
+  for (int i = 0; i < 8; ++i) row[size_t(100 + 37 * i)] = head[i];
+  std::vector<float> logits;
+  for (int64_t r = 0; r < rows; ++r) logits.insert(logits.end(), row.begin(), row.end());
+  Buffer dl = to_gpu(logits);
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p, min_p;
+  };
+  for (const Case c : {Case{1.0f, 0, 1.0f, 0.0f}, Case{0.7f, 3, 1.0f, 0.0f}, Case{1.0f, 0, 0.8f, 0.0f},
+                       Case{1.3f, 0, 1.0f, 0.2f}, Case{2.0f, 6, 0.9f, 0.05f}}) {
+    inferd::engine::SamplingParams sp;
+    sp.temperature = c.temperature, sp.top_k = c.top_k, sp.top_p = c.top_p, sp.min_p = c.min_p;
+    std::vector<double> want(vocab, 0.0);
+    for (const auto& [id, p] : inferd::engine::sampling_distribution(row, sp)) want[size_t(id)] = p;
+    std::vector<RowSampling> params(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      params[r].greedy = false;
+      params[r].temperature = c.temperature, params[r].top_k = c.top_k, params[r].top_p = c.top_p;
+      params[r].min_p = c.min_p, params[r].random = 0x9E3779B97F4A7C15ull * uint64_t(r + 1) + 17;
+    }
+    Buffer dp = to_gpu(params), dt = to_gpu(std::vector<int32_t>(rows, -1));
+    gpu().sample(dl.as<float>(), rows, vocab, dp.as<RowSampling>(), dt.as<int32_t>());
+    std::vector<double> seen(vocab, 0.0);
+    for (int32_t t : from_gpu<int32_t>(dt, rows)) {
+      REQUIRE(t >= 0);
+      REQUIRE(t < vocab);
+      seen[size_t(t)] += 1.0 / double(rows);
+    }
+    const std::string what = "T=" + std::to_string(c.temperature) + " top_k=" + std::to_string(c.top_k) +
+                             " top_p=" + std::to_string(c.top_p) + " min_p=" + std::to_string(c.min_p);
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double p = want[size_t(i)], sd = std::sqrt(p * (1 - p) / double(rows));
+      if (p == 0.0) CHECK_MESSAGE(seen[size_t(i)] == 0.0, what, ": token ", i, " is outside the CPU's support");
+      else CHECK_MESSAGE(std::abs(seen[size_t(i)] - p) <= 5 * sd + 1e-4, what, ": token ", i, " drawn ",
+                         seen[size_t(i)], ", the CPU's probability ", p);
+    }
+  }
+}
+
 TEST_CASE("add_rmsnorm matches the CPU's add then rmsnorm, with the output in place of the residual") {
   for (int64_t rows : {1, 7, 64}) {
     for (int64_t n : {100, 576, 4096, 10000}) {  // 10000: more than a block holds in registers
@@ -456,6 +546,40 @@ TEST_CASE("kv_store and paged attention match the CPU: decode, prefill and mixed
           expect_close("attention " + what, from_gpu<float>(out, want.size()), want,
                        type == DType::F16 ? 1e-3 : 2e-5);
           // Later steps see the same cache on both sides only if each step's tokens stay stored.
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention with soft-capped scores and a sliding window matches the CPU, slices outside the window read nothing") {
+  for (DType type : {DType::F16, DType::F32}) {
+    for (int hd : {8, 64, 128}) {  // 8: the generic kernel (Gemma's tiny fixtures); 64, 128: the fast one
+      const int n_kv = 2, group = 2, n_heads = n_kv * group, n_seqs = 2;
+      PagedCache c(type, n_seqs, 1200, n_kv, hd);
+      c.store(positions(0, 0, 1100), 61);
+      c.store(positions(1, 0, 30), 62);
+      const std::vector<std::pair<int, int32_t>> decode = {{0, 1100}, {1, 30}};
+      const auto prefill = positions(1, 31, 60);
+      for (const auto& toks : {decode, prefill}) {
+        c.store(toks, 63);
+        for (const AttentionExtras extras : {AttentionExtras{2.0f, 0}, AttentionExtras{0, 8}, AttentionExtras{0, 300},
+                                             AttentionExtras{30.0f, 4096}}) {
+          const std::string what = std::string(type_name(type)) + " hd=" + std::to_string(hd) + " tokens=" +
+                                    std::to_string(toks.size()) + " cap=" + std::to_string(extras.softcap) +
+                                    " window=" + std::to_string(extras.window);
+          const int64_t n = toks.size();
+          const auto q = random_floats(n * n_heads * hd, 64);
+          const float scale = 1.0f / std::sqrt(float(hd));
+          std::vector<float> want(n * n_heads * hd);
+          const auto ct = c.cpu_toks(toks);
+          const int64_t reach = launch_keys::attention_reach(ct.data(), n);
+          cpu().attention_extra(c.cpu_view(), ct.data(), n, reach, q.data(), n_heads, scale, extras, want.data());
+          Buffer gt = c.gpu_toks(toks), dq = to_gpu(q), out = poisoned(want.size());
+          gpu().attention_extra(c.gpu_view(), gt.as<AttnToken>(), n, reach, dq.as<float>(), n_heads, scale, extras,
+                                out.as<float>());
+          expect_close("attention_extra " + what, from_gpu<float>(out, want.size()), want,
+                       type == DType::F16 ? 1e-3 : 2e-5);
         }
       }
     }
