@@ -3,10 +3,11 @@
 // shards, as engine/models/deepseek_v4_schema.hpp describes them.
 //
 // What runs today, on a backend whose memory the host reads (the CPU backend):
-// one sequence at a time, from a state the caller holds (DeepseekV4State), fed
-// any number of tokens a call: a whole prompt, a prompt in chunks, or one token
-// a step when decoding, each position's logits the same as one prefill of the
-// whole sequence gives. The forward pass: the hyper-connection
+// sequences from states the caller holds (DeepseekV4State), each fed any
+// number of tokens a call (a whole prompt, a prompt in chunks, or one token a
+// step when decoding), several sequences in one call, each position's logits
+// the same as one prefill of its whole sequence gives. The forward pass: the
+// hyper-connection
 // streams (deepseek_v4_hc.hpp), the single-latent attention with sinks over the
 // sliding window plus the compressed entries of ratio-4 layers (picked by the
 // lightning indexer) and of the heavily compressed layers
@@ -18,8 +19,7 @@
 // simulated, so there is no Hadamard rotation either: without that rounding
 // it cancels in the indexer's products).
 //
-// Not yet: several sequences in one call, the DSpark / NextN draft stages, a
-// device backend.
+// Not yet: the DSpark / NextN draft stages, a device backend.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -63,6 +63,13 @@ struct DeepseekV4State {
   std::vector<Layer> layers;
 };
 
+// One sequence's part of a call: its state and the tokens fed at
+// state->position on.
+struct DeepseekV4Feed {
+  DeepseekV4State* state = nullptr;
+  std::span<const int32_t> tokens;
+};
+
 class DeepseekV4 {
  public:
   // Holds `dir` against the checkpoint gate (engine/checkpoint_gate.hpp), then
@@ -79,6 +86,12 @@ class DeepseekV4 {
   // outside the vocabulary or a state of another model's layer count, leaving
   // the state as it was.
   std::vector<float> forward(DeepseekV4State& state, std::span<const int32_t> tokens,
+                             std::vector<std::vector<float>>* layer_streams = nullptr) const;
+  // Several sequences in one call: their rows go through the matmuls and the
+  // experts together, each attends over its own state. The logits (and
+  // streams) are the feeds' rows in order. Also throws for a feed without a
+  // state or a state fed twice, changing no state.
+  std::vector<float> forward(std::span<const DeepseekV4Feed> feeds,
                              std::vector<std::vector<float>>* layer_streams = nullptr) const;
   // forward from an empty state: one sequence from position 0.
   std::vector<float> prefill(std::span<const int32_t> tokens,

@@ -96,19 +96,92 @@ TEST_CASE("deepseek_v4 decoding a token a step matches transformers' generate wi
   }
 }
 
+// Every position's keys, compressor inputs and entries are computed from the
+// same rows by the same code whatever the call, so pieces differ from the
+// whole only where a kernel sums a row's products in an order that depends on
+// how many rows it is given: none of the scalar and AVX2 ones (bit for bit,
+// measured), AVX-512's float matmul (BF16/F32 weights: the compressors, wo_a,
+// the gate, the head) from 16 rows on (its panel path), 3.7e-7 of the largest
+// logit measured. A piece handled wrong (a window, a pooled entry, a position)
+// moves the logits by percents.
+constexpr double kSamePieces = 2e-6;
+
 TEST_CASE("deepseek_v4 fed in pieces gives the logits of one prefill of the whole sequence") {
-  // Every position's keys, compressor inputs and entries are computed from the
-  // same rows by the same code whatever the piece, and each row of a matmul
-  // is its own dot products, so the pieces agree with the whole bit for bit.
-  const auto backend = kernels::make_cpu_backend(2);
-  const auto model = engine::DeepseekV4::load(fixture(), *backend);
   const std::vector<int32_t> tokens = ints("tokens", "dsv4_forward.bin");  // 160: past 127 and the window
-  const std::vector<float> whole = model->prefill(tokens);
-  SUBCASE("one token a step") { CHECK(in_pieces(*model, tokens, {1}) == whole); }
-  SUBCASE("chunks across the window and the compressors' boundaries") {
-    CHECK(in_pieces(*model, tokens, {3, 17, 1, 50, 5, 60}) == whole);
+  for (const auto& backend : dsv4_golden::all_cpu_backends(2)) {
+    CAPTURE(backend->name());
+    const auto model = engine::DeepseekV4::load(fixture(), *backend);
+    const std::vector<float> whole = model->prefill(tokens);
+    // One token a step; chunks across the window and the compressors' boundaries; a prompt, then steps.
+    for (const std::vector<size_t>& sizes : {std::vector<size_t>{1}, {3, 17, 1, 50, 5, 60}, {126, 1}}) {
+      CAPTURE(sizes[0]);
+      Gap gap;
+      gap.add(in_pieces(*model, tokens, sizes), whole.data());
+      INFO(backend->name() << " pieces from " << sizes[0] << ": max abs difference " << gap.max_abs
+                              << " (relative " << gap.relative() << ")");
+      CHECK(gap.relative() < kSamePieces);
+    }
   }
-  SUBCASE("a prompt, then one token a step") { CHECK(in_pieces(*model, tokens, {126, 1}) == whole); }
+}
+
+TEST_CASE("deepseek_v4 decoding several sequences in one call gives each the logits it gets alone") {
+  // Prompts of 5, 130 and 40 tokens prefilled together, then one token each a
+  // step, the shortest dropping out after 8 steps.
+  const std::vector<int32_t> forward_tokens = ints("tokens", "dsv4_forward.bin");
+  const std::vector<std::vector<int32_t>> prompts{
+      ints("a_prompt", kGolden), ints("b_prompt", kGolden), {forward_tokens.begin(), forward_tokens.begin() + 40}};
+  const std::vector<size_t> steps{24, 24, 8};
+  for (const auto& backend : dsv4_golden::all_cpu_backends(2)) {
+    CAPTURE(backend->name());
+    const auto model = engine::DeepseekV4::load(fixture(), *backend);
+    const int64_t vocab = model->config().vocab;
+
+    // Alone: each sequence's logits, prompt and steps, greedy.
+    std::vector<std::vector<float>> alone(prompts.size());
+    std::vector<std::vector<int32_t>> alone_tokens(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      engine::DeepseekV4State state;
+      std::vector<float> logits = model->forward(state, prompts[i]);
+      alone[i] = logits;
+      for (size_t s = 0; s < steps[i]; ++s) {
+        alone_tokens[i].push_back(argmax(std::span(logits).last(vocab)));
+        logits = model->forward(state, std::span(&alone_tokens[i].back(), 1));
+        alone[i].insert(alone[i].end(), logits.begin(), logits.end());
+      }
+    }
+
+    std::vector<engine::DeepseekV4State> states(prompts.size());
+    std::vector<std::vector<float>> together(prompts.size());
+    std::vector<engine::DeepseekV4Feed> feeds;
+    for (size_t i = 0; i < prompts.size(); ++i) feeds.push_back({&states[i], prompts[i]});
+    std::vector<int32_t> next(prompts.size());
+    for (size_t s = 0; !feeds.empty(); ++s) {
+      const std::vector<float> logits = model->forward(feeds);
+      std::vector<engine::DeepseekV4Feed> again;
+      size_t row = 0;
+      for (const auto& f : feeds) {
+        const size_t i = size_t(f.state - states.data());
+        const std::span<const float> mine = std::span(logits).subspan(row * vocab, f.tokens.size() * vocab);
+        row += f.tokens.size();
+        together[i].insert(together[i].end(), mine.begin(), mine.end());
+        if (s == steps[i]) continue;
+        next[i] = argmax(mine.last(vocab));
+        CHECK(next[i] == alone_tokens[i][s]);
+        again.push_back({f.state, std::span(&next[i], 1)});
+      }
+      feeds = again;
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(states[i].position == int64_t(prompts[i].size() + steps[i]));
+      REQUIRE(together[i].size() == alone[i].size());
+      Gap gap;
+      gap.add(together[i], alone[i].data());
+      INFO(backend->name() << " sequence " << i << " together vs alone: max abs difference " << gap.max_abs
+                              << " (relative " << gap.relative() << ")");
+      CHECK(gap.relative() < kSamePieces);
+    }
+  }
 }
 
 TEST_CASE("deepseek_v4 forward refuses a state of another model or a bad token, leaving the state as it was") {
@@ -130,4 +203,8 @@ TEST_CASE("deepseek_v4 forward refuses a state of another model or a bad token, 
   CHECK_THROWS_WITH_AS(model->forward(other, prompt), doctest::Contains("a state of 2 layers for a model of 5"),
                        std::invalid_argument);
   CHECK(other.position == 4);
+
+  const std::vector<engine::DeepseekV4Feed> twice{{&state, prompt}, {&state, prompt}};
+  CHECK_THROWS_WITH_AS(model->forward(twice), doctest::Contains("the same state fed twice"), std::invalid_argument);
+  CHECK(state.position == before.position);
 }
