@@ -6,8 +6,9 @@
 // sequences from states the caller holds (DeepseekV4State), each fed any
 // number of tokens a call (a whole prompt, a prompt in chunks, or one token a
 // step when decoding), several sequences in one call, each position's logits
-// the same as one prefill of its whole sequence gives. The forward pass: the
-// hyper-connection
+// those of one prefill of its whole sequence (every row goes through the same
+// code; only a kernel whose summation order depends on the rows it is given
+// can tell them apart, by rounding). The forward pass: the hyper-connection
 // streams (deepseek_v4_hc.hpp), the single-latent attention with sinks over the
 // sliding window plus the compressed entries of ratio-4 layers (picked by the
 // lightning indexer) and of the heavily compressed layers
