@@ -72,7 +72,8 @@ void gate_model_structure(const Config& cfg, const std::function<void(const std:
                                          n > 1 ? fmt::format(" (and {} more problems, see the log)", n - 1) : ""));
   }
   throw std::runtime_error(fmt::format("checkpoint gate passed ({}), but {} checkpoints are not served yet: "
-                                       "only the CPU prefill of one prompt runs, not decoding: inferd cannot serve {}",
+                                       "the CPU forward pass has no tokenizer, chat template or request path yet: "
+                                       "inferd cannot serve {}",
                                        fmt::join(r.lines, "; "), type, model));
 }
 

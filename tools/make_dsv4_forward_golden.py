@@ -131,7 +131,9 @@ def prefer_lower_index_on_ties(mod):
     mod.DeepseekV4IndexerScorer.forward = forward
 
 
-def main():
+def build_model():
+    """transformers' model of the checkpoint's config on its dequantized weights, in
+    float32, eager attention, the indexer's ties patched; returns (model, config dict)."""
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
     from transformers.models.deepseek_v4 import modeling_deepseek_v4 as mod
 
@@ -153,7 +155,11 @@ def main():
     assert config.rope_parameters["compress"].get("attention_factor", 1.0) == 1.0
 
     prefer_lower_index_on_ties(mod)
+    return model, cfg
 
+
+def main():
+    model, cfg = build_model()
     g = torch.Generator().manual_seed(SEED)
     tokens = torch.randint(2, cfg["vocab_size"], (1, PROMPT_LEN), generator=g)
 

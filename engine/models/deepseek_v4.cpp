@@ -105,6 +105,13 @@ void rms_normalize(float* x, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) x[i] *= r;
 }
 
+// One sequence's rows of a call: rows row .. row + n - 1 of the batch, fed
+// at positions state->position on.
+struct Run {
+  DeepseekV4State* state = nullptr;
+  int64_t row = 0, n = 0;
+};
+
 }  // namespace
 
 struct DeepseekV4::Impl {
@@ -233,45 +240,106 @@ struct DeepseekV4::Impl {
 
   HcShape hc_shape() const { return {int(c.hc), c.hidden, c.sinkhorn_iters, c.hc_eps, c.norm_eps}; }
 
-  // A compressor's entries over the prompt, normed and rotated at their windows' first positions.
-  std::vector<float> compress(const Layer& l, const Compressor& k, const TailRope& rope, const float* x,
-                              int64_t n) const {
-    const int r = int(l.ratio), dim = rope.head_dim, width = int(k.wkv.rows);
-    std::vector<float> kv(n * width), score(n * width);
-    k.wkv.apply(*backend, x, n, kv.data());
-    k.wgate.apply(*backend, x, n, score.data());
+  // A compressor's projections of rows x [n][hidden] at positions pos[t]: kv
+  // and score [n][width], the score plus ape of the row's position.
+  struct Projection {
+    std::vector<float> kv, score;
+    int64_t width = 0;
+  };
+  Projection project(const Compressor& k, int64_t ratio, const float* x, std::span<const int64_t> pos) const {
+    const int64_t n = int64_t(pos.size()), width = k.wkv.rows;
+    Projection p{std::vector<float>(n * width), std::vector<float>(n * width), width};
+    k.wkv.apply(*backend, x, n, p.kv.data());
+    k.wgate.apply(*backend, x, n, p.score.data());
     for (int64_t t = 0; t < n; ++t)
-      for (int i = 0; i < width; ++i) score[t * width + i] += k.ape[(t % r) * width + i];
-    std::vector<float> entries = pool_windows({r, dim, n, kv.data(), score.data()});
-    const int64_t m = n / r;
-    if (m == 0) return entries;
-    backend->rmsnorm(entries.data(), k.norm.data(), entries.data(), m, dim, c.norm_eps);
-    for (int64_t w = 0; w < m; ++w) rope.apply(entries.data() + w * dim, 1, w * r);
-    return entries;
+      for (int64_t i = 0; i < width; ++i) p.score[t * width + i] += k.ape[(pos[t] % ratio) * width + i];
+    return p;
   }
 
-  // The lightning indexer's picks [n][index_topk] of the ratio-4 layer's compressed entries.
-  std::vector<int32_t> index(const Layer& l, const float* x, const float* qr, int64_t n) const {
-    const int64_t hi = c.index_heads, di = c.index_head_dim, k = c.index_topk;
-    const std::vector<float> keys = compress(l, *l.index_compressor, l.index_rope, x, n);
+  // Appends a run's rows of `p` to its compressor's state and pools the
+  // windows they close into st.entries, normed and rotated at their windows'
+  // first positions.
+  void pool(const Layer& l, const Compressor& k, const TailRope& rope, const Projection& p, const Run& run,
+            DeepseekV4State::Compressor& st) const {
+    const int r = int(l.ratio), dim = rope.head_dim;
+    const auto rows = [&](const std::vector<float>& v) { return v.begin() + run.row * p.width; };
+    st.kv.insert(st.kv.end(), rows(p.kv), rows(p.kv) + run.n * p.width);
+    st.score.insert(st.score.end(), rows(p.score), rows(p.score) + run.n * p.width);
+    CompressorInput in{r, dim, int64_t(st.entries.size()) / dim, int64_t(st.kv.size()) / p.width, st.kv.data(),
+                       st.score.data()};
+    std::vector<float> entries = pool_windows(in);
+    const int64_t m = int64_t(entries.size()) / dim;
+    if (m == 0) return;
+    backend->rmsnorm(entries.data(), k.norm.data(), entries.data(), m, dim, c.norm_eps);
+    for (int64_t i = 0; i < m; ++i) rope.apply(entries.data() + i * dim, 1, (in.first_window + i) * r);
+    st.entries.insert(st.entries.end(), entries.begin(), entries.end());
+    // Keep the rows the next window still reads.
+    const int64_t drop = (in.window_start(in.first_window + m) - in.window_start(in.first_window)) * p.width;
+    st.kv.erase(st.kv.begin(), st.kv.begin() + drop);
+    st.score.erase(st.score.begin(), st.score.begin() + drop);
+  }
+
+  // The lightning indexer's picks [n][index_topk] of ratio-4 layer `index`'s
+  // compressed entries for the rows x [n][hidden] of `runs`.
+  std::vector<int32_t> pick(const Layer& l, int64_t index, const float* x, const float* qr,
+                            std::span<const int64_t> pos, std::span<const Run> runs) const {
+    const int64_t n = int64_t(pos.size()), hi = c.index_heads, di = c.index_head_dim, k = c.index_topk;
+    const Projection keys = project(*l.index_compressor, l.ratio, x, pos);
     std::vector<float> q(n * hi * di), w(n * hi);
     l.index_wq_b.apply(*backend, qr, n, q.data());
     l.index_weights.apply(*backend, x, n, w.data());
     const float w_scale = 1.0f / std::sqrt(float(hi));
     for (float& v : w) v *= w_scale;
     std::vector<int32_t> picks(n * k);
-    for (int64_t t = 0; t < n; ++t) {
-      l.index_rope.apply(q.data() + t * hi * di, int(hi), t);
-      index_topk({int(hi), int(di), q.data() + t * hi * di, w.data() + t * hi}, keys.data(), n / l.ratio, t,
-                 int(l.ratio), int(k), picks.data() + t * k);
+    for (const Run& run : runs) {
+      DeepseekV4State::Compressor& st = run.state->layers[size_t(index)].index;
+      pool(l, *l.index_compressor, l.index_rope, keys, run, st);
+      for (int64_t t = run.row; t < run.row + run.n; ++t) {
+        l.index_rope.apply(q.data() + t * hi * di, int(hi), pos[t]);
+        index_topk({int(hi), int(di), q.data() + t * hi * di, w.data() + t * hi}, st.entries.data(),
+                   int64_t(st.entries.size()) / di, pos[t], int(l.ratio), int(k), picks.data() + t * k);
+      }
     }
     return picks;
   }
 
-  // The attention of layer l over the prompt: x [n][hidden] normed -> out [n][hidden].
-  void attention(const Layer& l, const float* x, int64_t n, float* out) const {
+  // One run's attention over its window, its picked or all compressed entries:
+  // q [n][heads][head_dim] and its keys `fresh` [n][head_dim] -> o, st's window advanced.
+  void attend(const Layer& l, const Run& run, const float* q, const float* fresh, const int32_t* picks,
+              DeepseekV4State::Layer& st, float* o) const {
+    const int64_t h = c.heads, d = c.head_dim, pos = run.state->position;
+    // The keys of the window's earlier positions, then these positions'.
+    const int64_t held = int64_t(st.window.size()) / d, first = pos - held;
+    std::vector<float> kv(st.window);
+    kv.insert(kv.end(), fresh, fresh + run.n * d);
+    const float* entries = st.compressor.entries.data();
+    std::vector<const float*> keys;
+    const float scale = 1.0f / std::sqrt(float(d));
+    for (int64_t t = 0; t < run.n; ++t) {
+      const int64_t p = pos + t;
+      keys.clear();
+      for (int64_t s = std::max(first, p - c.window + 1); s <= p; ++s) keys.push_back(kv.data() + (s - first) * d);
+      if (l.ratio == 4) {
+        for (int64_t i = 0; i < c.index_topk; ++i)
+          if (const int32_t j = picks[t * c.index_topk + i]; j >= 0) keys.push_back(entries + j * d);
+      } else if (l.ratio) {
+        for (int64_t j = 0; j < (p + 1) / l.ratio; ++j) keys.push_back(entries + j * d);
+      }
+      float* ot = o + t * h * d;
+      sink_attention(q + t * h * d, int(h), int(d), keys, l.sinks.data(), scale, ot);
+      l.rope.apply(ot, int(h), p, /*inverse=*/true);  // back to the query's frame: relative positions only
+    }
+    // The next position reads the window - 1 before it.
+    const int64_t keep = std::min(held + run.n, c.window - 1);
+    st.window.assign(kv.end() - keep * d, kv.end());
+  }
+
+  // The attention of layer `index` over the rows x [n][hidden] (normed) of
+  // `runs` at positions pos -> out [n][hidden], the runs' states advanced.
+  void attention(const Layer& l, int64_t index, const float* x, std::span<const int64_t> pos,
+                 std::span<const Run> runs, float* out) const {
     Backend& b = *backend;
-    const int64_t h = c.heads, d = c.head_dim;
+    const int64_t n = int64_t(pos.size()), h = c.heads, d = c.head_dim;
     std::vector<float> qa(n * c.q_lora), qr(n * c.q_lora), q(n * h * d), kv0(n * d), kv(n * d);
     l.wq_a.apply(b, x, n, qa.data());
     b.rmsnorm(qa.data(), l.q_norm.data(), qr.data(), n, c.q_lora, c.norm_eps);
@@ -280,29 +348,20 @@ struct DeepseekV4::Impl {
     b.rmsnorm(kv0.data(), l.kv_norm.data(), kv.data(), n, d, c.norm_eps);
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t i = 0; i < h; ++i) rms_normalize(q.data() + (t * h + i) * d, d, c.norm_eps);
-      l.rope.apply(q.data() + t * h * d, int(h), t);
-      l.rope.apply(kv.data() + t * d, 1, t);
+      l.rope.apply(q.data() + t * h * d, int(h), pos[t]);
+      l.rope.apply(kv.data() + t * d, 1, pos[t]);
     }
-    std::vector<float> entries;
+    Projection compressed;
     std::vector<int32_t> picks;
-    if (l.ratio) entries = compress(l, *l.compressor, l.rope, x, n);
-    if (l.ratio == 4) picks = index(l, x, qr.data(), n);
+    if (l.ratio) compressed = project(*l.compressor, l.ratio, x, pos);
+    if (l.ratio == 4) picks = pick(l, index, x, qr.data(), pos, runs);
 
     std::vector<float> o(n * h * d);
-    std::vector<const float*> keys;
-    const float scale = 1.0f / std::sqrt(float(d));
-    for (int64_t t = 0; t < n; ++t) {
-      keys.clear();
-      for (int64_t s = std::max<int64_t>(0, t - c.window + 1); s <= t; ++s) keys.push_back(kv.data() + s * d);
-      if (l.ratio == 4) {
-        for (int64_t i = 0; i < c.index_topk; ++i)
-          if (const int32_t j = picks[t * c.index_topk + i]; j >= 0) keys.push_back(entries.data() + j * d);
-      } else if (l.ratio) {
-        for (int64_t j = 0; j < (t + 1) / l.ratio; ++j) keys.push_back(entries.data() + j * d);
-      }
-      float* ot = o.data() + t * h * d;
-      sink_attention(q.data() + t * h * d, int(h), int(d), keys, l.sinks.data(), scale, ot);
-      l.rope.apply(ot, int(h), t, /*inverse=*/true);  // back to the query's frame: relative positions only
+    for (const Run& run : runs) {
+      DeepseekV4State::Layer& st = run.state->layers[size_t(index)];
+      if (l.ratio) pool(l, *l.compressor, l.rope, compressed, run, st.compressor);
+      attend(l, run, q.data() + run.row * h * d, kv.data() + run.row * d,
+             picks.empty() ? nullptr : picks.data() + run.row * c.index_topk, st, o.data() + run.row * h * d);
     }
 
     // Grouped output: each group of heads through its own block of wo_a, then wo_b over all groups.
@@ -384,15 +443,48 @@ std::unique_ptr<DeepseekV4> DeepseekV4::load(const std::string& dir, Backend& ba
 
 std::vector<float> DeepseekV4::prefill(std::span<const int32_t> tokens,
                                        std::vector<std::vector<float>>* layer_streams) const {
+  DeepseekV4State state;
+  return forward(state, tokens, layer_streams);
+}
+
+std::vector<float> DeepseekV4::forward(DeepseekV4State& state, std::span<const int32_t> tokens,
+                                       std::vector<std::vector<float>>* layer_streams) const {
+  const DeepseekV4Feed feed{&state, tokens};
+  return forward(std::span(&feed, 1), layer_streams);
+}
+
+std::vector<float> DeepseekV4::forward(std::span<const DeepseekV4Feed> feeds,
+                                       std::vector<std::vector<float>>* layer_streams) const {
   const Impl& m = *impl_;
   const DeepseekV4Config& c = m.c;
   Backend& b = *m.backend;
-  const int64_t n = static_cast<int64_t>(tokens.size()), width = c.hc * c.hidden;
-  for (int32_t t : tokens)
-    if (t < 0 || t >= c.vocab)
-      throw std::invalid_argument("deepseek_v4: token " + std::to_string(t) + " outside the vocabulary of " +
-                                  std::to_string(c.vocab));
   if (m.embed.scaled) throw std::invalid_argument("deepseek_v4: a block-quantized embedding is not supported");
+  // Everything is checked before any state changes.
+  std::vector<Run> runs;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> pos;
+  for (const DeepseekV4Feed& f : feeds) {
+    if (!f.state) throw std::invalid_argument("deepseek_v4: a feed without a state");
+    const DeepseekV4State& s = *f.state;
+    if (!s.layers.empty() && s.layers.size() != static_cast<size_t>(c.layers))
+      throw std::invalid_argument("deepseek_v4: a state of " + std::to_string(s.layers.size()) +
+                                  " layers for a model of " + std::to_string(c.layers));
+    if (s.layers.empty() && s.position != 0)
+      throw std::invalid_argument("deepseek_v4: a state at position " + std::to_string(s.position) +
+                                  " without its layers");
+    for (const Run& r : runs)
+      if (r.state == f.state) throw std::invalid_argument("deepseek_v4: the same state fed twice in one call");
+    for (int32_t t : f.tokens)
+      if (t < 0 || t >= c.vocab)
+        throw std::invalid_argument("deepseek_v4: token " + std::to_string(t) + " outside the vocabulary of " +
+                                    std::to_string(c.vocab));
+    runs.push_back({f.state, int64_t(tokens.size()), int64_t(f.tokens.size())});
+    tokens.insert(tokens.end(), f.tokens.begin(), f.tokens.end());
+    for (int64_t i = 0; i < int64_t(f.tokens.size()); ++i) pos.push_back(s.position + i);
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size()), width = c.hc * c.hidden;
+  if (n == 0) return {};
+  for (const Run& r : runs) r.state->layers.resize(static_cast<size_t>(c.layers));
 
   // The embedding, repeated into every stream (no scaling).
   std::vector<float> x(n * c.hidden), streams(n * width);
@@ -404,7 +496,7 @@ std::vector<float> DeepseekV4::prefill(std::span<const int32_t> tokens,
   for (int64_t i = 0; i < c.layers; ++i) {
     const Layer& l = m.layers[static_cast<size_t>(i)];
     m.hc_step(l.hc_attn_fn.data(), l.hc_attn_base.data(), l.hc_attn_scale.data(), l.attn_norm, streams, n,
-              [&](const float* in, float* out) { m.attention(l, in, n, out); });
+              [&](const float* in, float* out) { m.attention(l, i, in, pos, runs, out); });
     m.hc_step(l.hc_ffn_fn.data(), l.hc_ffn_base.data(), l.hc_ffn_scale.data(), l.ffn_norm, streams, n,
               [&](const float* in, float* out) { m.moe(l, i, in, tokens, out); });
     if (layer_streams) layer_streams->push_back(streams);
@@ -415,6 +507,7 @@ std::vector<float> DeepseekV4::prefill(std::span<const int32_t> tokens,
   for (int64_t t = 0; t < n; ++t) hc_head(m.hc_shape(), head_mixer, streams.data() + t * width, x.data() + t * c.hidden);
   b.rmsnorm(x.data(), m.norm.data(), xn.data(), n, c.hidden, c.norm_eps);
   m.head.apply(b, xn.data(), n, logits.data());
+  for (const Run& r : runs) r.state->position += r.n;
   return logits;
 }
 

@@ -2,8 +2,13 @@
 // model of its DSpark release) over a checkpoint directory of safetensors
 // shards, as engine/models/deepseek_v4_schema.hpp describes them.
 //
-// What runs today: the prefill of one prompt, every position's logits, on a
-// backend whose memory the host reads (the CPU backend): the hyper-connection
+// What runs today, on a backend whose memory the host reads (the CPU backend):
+// sequences from states the caller holds (DeepseekV4State), each fed any
+// number of tokens a call (a whole prompt, a prompt in chunks, or one token a
+// step when decoding), several sequences in one call, each position's logits
+// those of one prefill of its whole sequence (every row goes through the same
+// code; only a kernel whose summation order depends on the rows it is given
+// can tell them apart, by rounding). The forward pass: the hyper-connection
 // streams (deepseek_v4_hc.hpp), the single-latent attention with sinks over the
 // sliding window plus the compressed entries of ratio-4 layers (picked by the
 // lightning indexer) and of the heavily compressed layers
@@ -15,8 +20,7 @@
 // simulated, so there is no Hadamard rotation either: without that rounding
 // it cancels in the indexer's products).
 //
-// Not yet: decoding with KV state (rings, compressor pooling states), several
-// sequences, the DSpark / NextN draft stages, a device backend.
+// Not yet: the DSpark / NextN draft stages, a device backend.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -39,6 +43,34 @@ struct DeepseekV4Config : DeepseekV4Dims {
   double yarn_factor = 0, yarn_original_context = 0, yarn_beta_fast = 32, yarn_beta_slow = 1;
 };
 
+// What one sequence's next positions need from the ones before: per layer the
+// attention window's keys and each compressor's unpooled inputs and pooled
+// entries. Starts empty (position 0); DeepseekV4::forward sizes and advances
+// it. Its size grows by one compressed entry per 4 or 128 positions on the
+// compressed layers; the rest is bounded by the window and the ratio.
+struct DeepseekV4State {
+  struct Compressor {
+    // The projected inputs [.][coff * dim] (score plus ape) of the positions
+    // from CompressorInput::window_start(entries pooled) on.
+    std::vector<float> kv, score;
+    std::vector<float> entries;  // [pooled][dim], normed and rotated at their windows' first positions
+  };
+  struct Layer {
+    std::vector<float> window;  // the keys [min(position, window - 1)][head_dim] before the next position
+    Compressor compressor;      // ratio 4 and heavy layers
+    Compressor index;           // the indexer's keys, ratio-4 layers
+  };
+  int64_t position = 0;  // the positions fed so far
+  std::vector<Layer> layers;
+};
+
+// One sequence's part of a call: its state and the tokens fed at
+// state->position on.
+struct DeepseekV4Feed {
+  DeepseekV4State* state = nullptr;
+  std::span<const int32_t> tokens;
+};
+
 class DeepseekV4 {
  public:
   // Holds `dir` against the checkpoint gate (engine/checkpoint_gate.hpp), then
@@ -48,10 +80,21 @@ class DeepseekV4 {
   ~DeepseekV4();
 
   const DeepseekV4Config& config() const;
-  // The logits of every position of `tokens` (one sequence from position 0),
-  // [tokens.size()][vocab]. `layer_streams`, when given, gets each layer's output
-  // hyper-connection streams [tokens.size()][hc][hidden]. Throws
-  // std::invalid_argument for a token outside the vocabulary.
+  // Feeds `tokens` at positions state.position on and returns their logits
+  // [tokens.size()][vocab]; state advances past them. `layer_streams`, when
+  // given, gets each layer's output hyper-connection streams
+  // [tokens.size()][hc][hidden]. Throws std::invalid_argument for a token
+  // outside the vocabulary or a state of another model's layer count, leaving
+  // the state as it was.
+  std::vector<float> forward(DeepseekV4State& state, std::span<const int32_t> tokens,
+                             std::vector<std::vector<float>>* layer_streams = nullptr) const;
+  // Several sequences in one call: their rows go through the matmuls and the
+  // experts together, each attends over its own state. The logits (and
+  // streams) are the feeds' rows in order. Also throws for a feed without a
+  // state or a state fed twice, changing no state.
+  std::vector<float> forward(std::span<const DeepseekV4Feed> feeds,
+                             std::vector<std::vector<float>>* layer_streams = nullptr) const;
+  // forward from an empty state: one sequence from position 0.
   std::vector<float> prefill(std::span<const int32_t> tokens,
                              std::vector<std::vector<float>>* layer_streams = nullptr) const;
 

@@ -47,35 +47,40 @@ void TailRope::apply(float* x, int n_heads, int64_t pos, bool inverse) const {
 
 std::vector<float> pool_windows(const CompressorInput& in) {
   const int r = in.ratio, d = in.dim;
-  const bool overlap = r == 4;
+  const bool overlap = in.overlap();
   const int width = overlap ? 2 * d : d;
-  const int64_t n = in.n_tokens / r;
+  const int64_t start = in.window_start(in.first_window);
+  const int64_t n = std::max<int64_t>(0, (start + in.n_tokens) / r - in.first_window);
   std::vector<float> out(n * d);
   std::vector<float> score, kv;
-  for (int64_t w = 0; w < n; ++w)
+  // Row of position t, channel ch.
+  const auto at = [&](const float* rows, int64_t t, int ch) { return rows[(t - start) * width + ch]; };
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t w = in.first_window + i;
     for (int c = 0; c < d; ++c) {
       // The slots: window w's tokens (second half of the channels with overlap),
       // then with overlap window w - 1's on the first half.
       score.clear(), kv.clear();
       for (int64_t t = w * r; t < (w + 1) * r; ++t) {
         const int ch = overlap ? d + c : c;
-        score.push_back(in.score[t * width + ch]);
-        kv.push_back(in.kv[t * width + ch]);
+        score.push_back(at(in.score, t, ch));
+        kv.push_back(at(in.kv, t, ch));
       }
       if (overlap && w > 0)
         for (int64_t t = (w - 1) * r; t < w * r; ++t) {
-          score.push_back(in.score[t * width + c]);
-          kv.push_back(in.kv[t * width + c]);
+          score.push_back(at(in.score, t, c));
+          kv.push_back(at(in.kv, t, c));
         }
       const float top = *std::max_element(score.begin(), score.end());
       float sum = 0, acc = 0;
-      for (size_t i = 0; i < score.size(); ++i) {
-        const float e = std::exp(score[i] - top);
+      for (size_t j = 0; j < score.size(); ++j) {
+        const float e = std::exp(score[j] - top);
         sum += e;
-        acc += e * kv[i];
+        acc += e * kv[j];
       }
-      out[w * d + c] = acc / sum;
+      out[i * d + c] = acc / sum;
     }
+  }
   return out;
 }
 

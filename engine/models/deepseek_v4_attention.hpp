@@ -1,9 +1,10 @@
 // DeepSeek-V4's attention pieces that are not matmuls, as host math in float32
-// over a whole prompt of one sequence (prefill): the partial interleaved RoPE,
-// the compressor's pooling of token windows into compressed entries, the
+// over a run of positions of one sequence: the partial interleaved RoPE, the
+// compressor's pooling of token windows into compressed entries, the
 // lightning indexer's choice of entries, and the single-latent attention with
 // per-head sinks over a window plus compressed entries.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -28,20 +29,28 @@ struct TailRope {
   void apply(float* x, int n_heads, int64_t pos, bool inverse = false) const;
 };
 
-// A compressor's inputs over the prompt: kv and score [n_tokens][coff * dim]
-// from its projections, the score already plus ape[t % ratio]. coff is 2 for
-// ratio 4 (overlapping windows), else 1.
+// A compressor's buffered inputs: kv and score [n_tokens][coff * dim] from its
+// projections, the score already plus ape[t % ratio], of the positions from
+// window_start(first_window) on. coff is 2 for ratio 4 (overlapping windows),
+// else 1.
 struct CompressorInput {
   int ratio = 0, dim = 0;
+  int64_t first_window = 0;  // the first window not pooled yet
   int64_t n_tokens = 0;
   const float* kv = nullptr;
   const float* score = nullptr;
+
+  bool overlap() const { return ratio == 4; }
+  // With overlap, window w also reads window w - 1's tokens, so the buffer
+  // starts a window earlier.
+  int64_t window_start(int64_t window) const { return std::max<int64_t>(0, window - (overlap() ? 1 : 0)) * ratio; }
 };
 
-// One entry per whole window of `ratio` tokens, [n_tokens / ratio][dim], before
-// its norm: per channel, the softmax over the window's slots of score weighting
-// kv. With overlap, entry w pools window w's tokens on the second half of the
-// channels and window w - 1's on the first half (none for w = 0).
+// One entry per window from first_window that the buffer closes,
+// [closed][dim], before its norm: per channel, the softmax over the window's
+// slots of score weighting kv. With overlap, entry w pools window w's tokens
+// on the second half of the channels and window w - 1's on the first half
+// (none for w = 0).
 std::vector<float> pool_windows(const CompressorInput& in);
 
 // The indexer's choice for query t of `k` entries: the top k by score among

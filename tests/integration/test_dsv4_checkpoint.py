@@ -1,7 +1,7 @@
 """The DeepSeek-V4 checkpoint gate with the real daemon, on copies of
 tests/golden/dsv4-tiny (tools/make_dsv4_checkpoint.py): a copy with a SHA256SUMS
 is hashed, then passes the gate ("N/N params", "M/M draft params") and stops
-start-up because deepseek_v4 checkpoints are not served yet (no decoding); a copy
+start-up because deepseek_v4 checkpoints are not served yet (no request path); a copy
 with one tensor's dtype changed in its shard's header fails the gate naming the
 shard and the tensor. Both exit 1 without leaving Loading. `inferctl
 check-model` prints the same lines and exits 0 and 1."""

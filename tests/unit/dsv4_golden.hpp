@@ -1,7 +1,9 @@
 // The arrays of DeepSeek-V4's goldens: tests/golden/dsv4_quant.bin
 // (tools/make_dsv4_quant_golden.py: the scaled weight formats and routed experts
-// as PyTorch computes them) and tests/golden/dsv4_forward.bin
-// (tools/make_dsv4_forward_golden.py: a prefill through transformers' model).
+// as PyTorch computes them), tests/golden/dsv4_forward.bin
+// (tools/make_dsv4_forward_golden.py: a prefill through transformers' model)
+// and tests/golden/dsv4_decode.bin (tools/make_dsv4_decode_golden.py: its
+// greedy generation with its cache).
 // Each is a text line "name dtype dim...", then its raw little-endian bytes.
 #pragma once
 #include <cstdint>
