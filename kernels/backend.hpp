@@ -253,7 +253,9 @@ class Backend {
 
   // Sampling where the logits are, so a step needs to bring back only its
   // tokens. tokens[r] = the token drawn from row r of logits ([rows][vocab]) as
-  // params[r] says; logits, params and tokens are in the backend's memory.
+  // params[r] says; logits, params and tokens are in the backend's memory. It
+  // registers no launch key of its own: its one shape, the step's logits rows,
+  // is the key of the head's matmul just before it.
   virtual bool can_sample() const { return false; }
   virtual void sample(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* tokens) {
     (void)logits, (void)rows, (void)vocab, (void)params, (void)tokens;
