@@ -420,7 +420,7 @@ TEST_CASE("DeepSeek outputs split as vLLM splits them") {
     const size_t e = s.find_last_not_of(" \t\r\n");
     return s.substr(0, e == std::string::npos ? 0 : e + 1);
   };
-  const auto golden = read_golden(test_paths::source_dir() + "/tests/golden/dsml_outputs.json");
+  const auto golden = test_golden::read_golden(test_paths::source_dir() + "/tests/golden/dsml_outputs.json");
   const auto& cases = golden.at("cases").as_array();
   REQUIRE(cases.size() >= 16);
   for (const auto& cv : cases) {
