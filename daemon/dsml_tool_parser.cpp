@@ -1,5 +1,7 @@
 #include "daemon/dsml_tool_parser.hpp"
 
+#include <algorithm>
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
@@ -88,11 +90,9 @@ std::optional<ParsedToolCall> read_invoke(Reader& r) {
   return ParsedToolCall{std::string(*name), json::serialize(args)};
 }
 
-}  // namespace
-
-DsmlToolParser::DsmlToolParser(std::string_view block) : TaggedToolParser(block), close_("</" + std::string(block.substr(1))) {}
-
-std::optional<std::vector<ParsedToolCall>> DsmlToolParser::parse_block(std::string_view body) {
+// The invokes between a block's tags as calls; nullopt unless the body is one
+// or more well-formed invokes and nothing else but whitespace.
+std::optional<std::vector<ParsedToolCall>> parse_block(std::string_view body) {
   Reader r{body};
   std::vector<ParsedToolCall> calls;
   r.space();
@@ -105,6 +105,11 @@ std::optional<std::vector<ParsedToolCall>> DsmlToolParser::parse_block(std::stri
   if (calls.empty()) return std::nullopt;
   return calls;
 }
+
+}  // namespace
+
+DsmlToolParser::DsmlToolParser(std::string_view block)
+    : TaggedToolParser(block), close_("</" + std::string(block.substr(1))) {}
 
 std::optional<size_t> DsmlToolParser::take_calls(std::string_view after, std::vector<ParsedToolCall>& calls) {
   const size_t end = after.find(close_);

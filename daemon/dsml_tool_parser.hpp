@@ -40,10 +40,6 @@ class DsmlToolParser final : public TaggedToolParser {
   // `block`: kDsmlToolCalls (deepseek_v4) or kDsmlFunctionCalls (deepseek_v32).
   explicit DsmlToolParser(std::string_view block);
 
-  // The invokes between a block's tags as calls; nullopt unless the body is
-  // one or more well-formed invokes and nothing else but whitespace.
-  static std::optional<std::vector<ParsedToolCall>> parse_block(std::string_view body);
-
  private:
   std::optional<size_t> take_calls(std::string_view after, std::vector<ParsedToolCall>& calls) override;
 

@@ -319,7 +319,8 @@ TEST_CASE("deepseek_v4: text without calls passes through unchanged") {
 
 TEST_CASE("deepseek_v4: one block, calls typed by their string attribute") {
   const std::string weather = invoke("get_weather", {param("city", "Paris"), param("days", "2", "false")});
-  check_v4("Let me check.\n\n" + block({weather}), {"Let me check.", {{"get_weather", R"({"city":"Paris","days":2})"}}});
+  check_v4("Let me check.\n\n" + block({weather}),
+           {"Let me check.", {{"get_weather", R"({"city":"Paris","days":2})"}}});
   // string="false" is JSON, or the text when it is not JSON; no attribute reads as false.
   const std::string typed = invoke(
       "set", {param("n", "42", "true"), param("list", "[1, {\"a\": null}]", "false"), param("flag", "true", "false"),
