@@ -132,7 +132,8 @@ std::string tool_call_parser_name(std::string& s) {
 
 std::string reasoning_parser_name(std::string& s) {
   if (reasoning_format(s)) return {};
-  return fmt::format("'{}' is not implemented; implemented: {} (empty: none)", s, kReasoningParsers);
+  return fmt::format("'{}' is not implemented; implemented: {} (empty: the chat template's format)", s,
+                     kReasoningParsers);
 }
 
 // What is wrong with a key, never the key itself: errors reach logs.
@@ -351,11 +352,12 @@ const std::vector<Key>& keys() {
       string_key("server", "served_model_name", "served-model-name", &C::server, &ServerConfig::served_model_name,
                  "model name the API reports and accepts"),
       string_key("server", "tool_call_parser", "tool-call-parser", &C::server, &ServerConfig::tool_call_parser,
-                 "how tool calls are read from the output: hermes, mistral or llama3_json; empty: the chat template's "
-                 "format",
+                 "how tool calls are read from the output: hermes, mistral, llama3_json, deepseek_v32 or deepseek_v4; "
+                 "empty: the chat template's format",
                  tool_call_parser_name),
       string_key("server", "reasoning_parser", "reasoning-parser", &C::server, &ServerConfig::reasoning_parser,
-                 "split reasoning_content from the answer: deepseek_r1 or qwen3; empty: no split",
+                 "split reasoning_content from the answer: deepseek_r1, qwen3 or deepseek_v4; empty: the chat "
+                 "template's format (deepseek_v4 for DeepSeek-V4's), else no split",
                  reasoning_parser_name),
       int_key("server", "max_body_bytes", "", &C::server, &ServerConfig::max_body_bytes, 1024, int64_t{1} << 30, ""),
       int_key("server", "idle_timeout_s", "", &C::server, &ServerConfig::idle_timeout_s, 1, 3600, ""),

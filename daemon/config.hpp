@@ -39,7 +39,7 @@ struct ServerConfig {
   std::string admin_socket;        // the admin listener on a Unix socket; empty: none
   std::string served_model_name;  // empty: the model file's name
   std::string tool_call_parser;   // vLLM's name; empty: the chat template's format
-  std::string reasoning_parser;   // vLLM's name; empty: no reasoning split
+  std::string reasoning_parser;   // vLLM's name; empty: the chat template's (none for most)
   int64_t max_body_bytes = 8 << 20;
   int idle_timeout_s = 60;
   int request_timeout_s = 600;

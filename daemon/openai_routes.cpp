@@ -72,8 +72,6 @@ struct ApiContext : std::enable_shared_from_this<ApiContext> {
   const EngineSource engine;
   const OpenAiOptions options;
   EngineMetrics metrics;
-  // Config validation already refused unknown names.
-  const ReasoningFormat reasoning = reasoning_format(options.reasoning_parser).value_or(ReasoningFormat::None);
 
   void check_api_key(const Request& req) const { require_api_key(req, options.api_key); }
 
@@ -147,8 +145,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
           if (req_.logprobs()) c.acc.logprobs.emplace();
           if (req_.api == Api::Chat) {
             // Calls forced from the first byte leave no room for reasoning before them.
-            if (api_->reasoning != ReasoningFormat::None && !req_.chat.calls_only)
-              c.reasoning.emplace(api_->reasoning);
+            // Config validation already refused unknown names.
+            const auto reasoning = reasoning_format(req_.chat.reasoning_parser).value_or(ReasoningFormat::None);
+            if (reasoning != ReasoningFormat::None && !req_.chat.calls_only)
+              c.reasoning.emplace(reasoning, req_.chat.template_options.enable_thinking);
             if (req_.chat.parse_tool_calls) c.tools = make_tool_call_parser(req_.chat.tool_call_parser);
           }
 
@@ -424,6 +424,8 @@ void generate(ApiContext& api, Api kind, const Request& req, const std::shared_p
     g.chat.tool_call_parser = g.chat.call_grammar                        ? std::string("hermes")
                               : !api.options.tool_call_parser.empty() ? api.options.tool_call_parser
                                                                       : std::string(eng->chat_template().tool_call_format());
+    g.chat.reasoning_parser = !api.options.reasoning_parser.empty() ? api.options.reasoning_parser
+                                                                    : std::string(eng->chat_template().reasoning_format());
   } else {
     for (size_t p = 0; p < g.prompts.size(); ++p) {
       const auto& prompt = g.prompts[p];

@@ -27,7 +27,7 @@ struct OpenAiOptions {
   // Non-empty: the /v1 routes require "Authorization: Bearer <api_key>".
   std::string api_key;
   // vLLM's parser names (config.hpp): how tool calls and reasoning are read
-  // from chat output. Empty tool_call_parser: the chat template's format.
+  // from chat output. Empty: the chat template's format.
   std::string tool_call_parser;
   std::string reasoning_parser;
 };

@@ -393,8 +393,13 @@ ChatExtras parse_chat_extras(const json::object& body) {
   if (const json::value* k = find(body, "chat_template_kwargs")) {
     if (!k->is_object())
       invalid("chat_template_kwargs", "`chat_template_kwargs` must be an object, got " + kind_of(*k));
-    if (const json::value* t = find(k->get_object(), "enable_thinking"))
-      x.template_options.enable_thinking = as_bool(*t, "chat_template_kwargs.enable_thinking");
+    // DeepSeek's templates name the switch `thinking`, Qwen3's `enable_thinking`:
+    // either turns thinking on (as vLLM's deepseek_v4 reads them).
+    for (std::string_view key : {"enable_thinking", "thinking"})
+      if (const json::value* t = find(k->get_object(), key)) {
+        const bool on = as_bool(*t, "chat_template_kwargs." + std::string(key));
+        x.template_options.enable_thinking = x.template_options.enable_thinking.value_or(false) || on;
+      }
   }
   return x;
 }

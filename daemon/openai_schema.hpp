@@ -41,6 +41,9 @@ struct ChatExtras {
   // vLLM's --tool-call-parser name the output is read with: the configured one,
   // else the chat template's; "hermes" whenever call_grammar writes the calls.
   std::string tool_call_parser;
+  // vLLM's --reasoning-parser name: the configured one, else the chat template's
+  // (empty: no reasoning split).
+  std::string reasoning_parser;
   bool parallel_tool_calls = true;  // false: only the first call is returned
   // tool_choice required or a named function: the output is calls only, in this
   // grammar (engine/grammar/tool_calls.hpp); auto with a strict tool: free text

@@ -1,5 +1,6 @@
 #include "daemon/tool_call_parser.hpp"
 
+#include "daemon/dsml_tool_parser.hpp"
 #include "daemon/json_tool_parsers.hpp"
 
 #include <algorithm>
@@ -23,12 +24,15 @@ size_t partial_tag(std::string_view s, std::string_view tag) {
 }  // namespace
 
 bool known_tool_call_parser(std::string_view name) {
-  return name.empty() || name == "hermes" || name == "mistral" || name == "llama3_json";
+  return name.empty() || name == "hermes" || name == "mistral" || name == "llama3_json" || name == "deepseek_v32" ||
+         name == "deepseek_v4";
 }
 
 std::unique_ptr<ToolCallParser> make_tool_call_parser(std::string_view name) {
   if (name == "mistral") return std::make_unique<MistralToolParser>();
   if (name == "llama3_json") return std::make_unique<Llama3JsonToolParser>();
+  if (name == "deepseek_v4") return std::make_unique<DsmlToolParser>(kDsmlToolCalls);
+  if (name == "deepseek_v32") return std::make_unique<DsmlToolParser>(kDsmlFunctionCalls);
   return std::make_unique<HermesToolParser>();
 }
 

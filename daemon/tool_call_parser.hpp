@@ -1,6 +1,7 @@
 // Tool calls in a model's output, read as vLLM's --tool-call-parser reads them.
 // ToolCallParser is what a chat request's output goes through; HermesToolParser
-// (here) and the bare-JSON formats (daemon/json_tool_parsers.hpp) implement it.
+// (here), the bare-JSON formats (daemon/json_tool_parsers.hpp) and DeepSeek's
+// DSML (daemon/dsml_tool_parser.hpp) implement it.
 //
 // hermes: <tool_call>{"name": "...", "arguments": {...}}</tool_call>, any number of them,
 // with the text outside them as the answer. Text arrives in arbitrary pieces;
@@ -29,7 +30,7 @@ class value;
 namespace inferd::daemon {
 
 // vLLM's --tool-call-parser names this server implements.
-inline constexpr std::string_view kToolCallParsers = "hermes, mistral or llama3_json";
+inline constexpr std::string_view kToolCallParsers = "hermes, mistral, llama3_json, deepseek_v32 or deepseek_v4";
 // "" (take the chat template's format) or a name above.
 bool known_tool_call_parser(std::string_view name);
 
@@ -63,7 +64,7 @@ std::optional<ParsedToolCall> call_from_json(const boost::json::value& v,
                                              std::initializer_list<std::string_view> args_keys, bool only_known_keys);
 
 // What the formats whose calls follow a tag share (hermes: <tool_call>, mistral:
-// [TOOL_CALLS]): the text outside calls goes out less the whitespace next to
+// [TOOL_CALLS], DSML: <｜DSML｜tool_calls>): the text outside calls goes out less the whitespace next to
 // them; text that may still begin the tag is held back; calls that turn out
 // malformed, or never end, are text again, tag and all.
 class TaggedToolParser : public ToolCallParser {

@@ -79,8 +79,11 @@ ChatTemplate ChatTemplate::detect(std::string_view template_text, std::string bo
   auto has = [&](std::string_view s) { return template_text.find(s) != std::string_view::npos; };
   if (has("[TOOL_CALLS]"))
     t.tool_format_ = "mistral";
+  else if (has("｜DSML｜"))  // templates spell it apart from the block's name: '<' + dsml_token + 'tool_calls>'
+    t.tool_format_ = has("function_calls") ? "deepseek_v32" : "deepseek_v4";
   else if (!t.tool_section_ && (has("<|python_tag|>") || has("respond with a JSON for a function call")))
     t.tool_format_ = "llama3_json";
+  if (t.tool_format_ == "deepseek_v4" && has("<think>")) t.reasoning_format_ = "deepseek_v4";
   return t;
 }
 

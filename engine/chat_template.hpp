@@ -37,8 +37,9 @@ struct ChatOptions {
   // Each tool's definition as JSON text ({"type":"function","function":{...}}).
   // Empty: no tools section.
   std::vector<std::string> tools;
-  // chat_template_kwargs.enable_thinking, for templates that read it (Qwen3);
-  // unset: the template's default (thinking on).
+  // chat_template_kwargs.enable_thinking (or `thinking`, DeepSeek's name for
+  // it), for templates that read it (Qwen3); unset: the template's default
+  // (thinking on).
   std::optional<bool> enable_thinking;
 };
 
@@ -105,9 +106,15 @@ class ChatTemplate {
   // The name of the tool-call format this template's model writes (vLLM's
   // --tool-call-parser name), from what the template's text spells: "mistral"
   // ([TOOL_CALLS]), "llama3_json" (<|python_tag|>, or Llama 3.1's JSON
-  // function-call instructions), else "hermes". render() describes tools in the
-  // hermes layout whichever it is.
+  // function-call instructions), "deepseek_v32" (DSML, ｜DSML｜ with
+  // function_calls), "deepseek_v4" (DSML otherwise: <｜DSML｜tool_calls>), else
+  // "hermes". render()
+  // describes tools in the hermes layout whichever it is.
   std::string_view tool_call_format() const { return tool_format_; }
+  // The reasoning format (vLLM's --reasoning-parser name) the template's model
+  // writes where it is known from the template alone: "deepseek_v4" for
+  // DeepSeek-V4's (DSML tool calls and <think>); else empty.
+  std::string_view reasoning_format() const { return reasoning_format_; }
 
  private:
   Family family_;
@@ -116,6 +123,7 @@ class ChatTemplate {
   bool tool_section_ = false;
   bool thinking_switch_ = false;
   std::string_view tool_format_ = "hermes";
+  std::string_view reasoning_format_;
 };
 
 std::string_view to_string(ChatTemplate::Family family);

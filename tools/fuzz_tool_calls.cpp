@@ -1,13 +1,15 @@
-// libFuzzer target for the tool-call parsers (hermes, mistral, llama3_json). The
-// first byte picks the parser, the second a cut point; the rest is the model's
-// output. Whole, cut in two, and (for short outputs) byte by byte, the output
-// must give the same content and calls, and every call's arguments must be a
-// JSON object. A difference, anything thrown or a crash is a bug.
+// libFuzzer target for the tool-call parsers (hermes, mistral, llama3_json,
+// deepseek_v32, deepseek_v4). The first byte picks the parser, the second a cut
+// point; the rest is the model's output. Whole, cut in two, and (for short
+// outputs) byte by byte, the output must give the same content and calls, and
+// every call's arguments must be a JSON object. A difference, anything thrown
+// or a crash is a bug.
 #include <boost/json/parse.hpp>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,8 +51,8 @@ void same(std::string_view parser, const ToolCallSplit& a, const ToolCallSplit& 
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  static constexpr std::string_view kParsers[] = {"hermes", "mistral", "llama3_json"};
-  const std::string_view parser = kParsers[data[0] % 3];
+  static constexpr std::string_view kParsers[] = {"hermes", "mistral", "llama3_json", "deepseek_v32", "deepseek_v4"};
+  const std::string_view parser = kParsers[data[0] % std::size(kParsers)];
   const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
   const size_t cut = std::min<size_t>(data[1], text.size());
 

@@ -162,6 +162,23 @@ def test_reasoning_split_on_real_output(start_daemon):
     assert [t["function"]["name"] for t in forced["message"]["tool_calls"]] == ["get_weather"]
 
 
+def test_deepseek_v4_reasoning_follows_the_thinking_switch(start_daemon):
+    """deepseek_v4 reads each request's thinking switch: on (the default), the
+    answer SmolLM2 writes, never closing a think block, is all reasoning; with
+    chat_template_kwargs thinking false the same answer is all content. The
+    DSML tool-call parser finds no block in it and passes it through."""
+    d = start_daemon(["--model", default_model(), "--reasoning-parser", "deepseek_v4",
+                      "--tool-call-parser", "deepseek_v4"])
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 12, "tools": [WEATHER], **GREEDY}
+    on = d.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert on["reasoning_content"] and not on["content"] and not on.get("tool_calls")
+    off = d.post("/v1/chat/completions", json={**body, "chat_template_kwargs": {"thinking": False}}).json()
+    off = off["choices"][0]["message"]
+    assert "reasoning_content" not in off and not off.get("tool_calls")
+    # SmolLM2's template has no thinking switch: the prompt, and so the answer, is the same.
+    assert off["content"].rstrip() == on["reasoning_content"]
+
+
 # ---- calls the model writes ----
 # At temperature 0, after a few turns in which the assistant answered such
 # questions with a call, SmolLM2-135M answers the next one with a call too.

@@ -299,10 +299,13 @@ target = "journald"
     CHECK(parse_config_toml("[server]\nreasoning_parser = \"qwen3\"\n", "x.toml").server.reasoning_parser == "qwen3");
     CHECK(load_config(cmdline({"--tool-call-parser", "mistral"})).server.tool_call_parser == "mistral");
     CHECK(load_config(cmdline({"--tool-call-parser", "llama3_json"})).server.tool_call_parser == "llama3_json");
+    CHECK(load_config(cmdline({"--tool-call-parser", "deepseek_v4"})).server.tool_call_parser == "deepseek_v4");
+    CHECK(load_config(cmdline({"--tool-call-parser", "deepseek_v32"})).server.tool_call_parser == "deepseek_v32");
+    CHECK(load_config(cmdline({"--reasoning-parser", "deepseek_v4"})).server.reasoning_parser == "deepseek_v4");
     CHECK(flag_error({"--tool-call-parser", "pythonic"}) ==
-          "--tool-call-parser: 'pythonic' is not implemented; implemented: hermes, mistral or llama3_json (empty: the chat template's format)");
+          "--tool-call-parser: 'pythonic' is not implemented; implemented: hermes, mistral, llama3_json, deepseek_v32 or deepseek_v4 (empty: the chat template's format)");
     CHECK(flag_error({"--reasoning-parser", "granite"}) ==
-          "--reasoning-parser: 'granite' is not implemented; implemented: deepseek_r1, qwen3 (empty: none)");
+          "--reasoning-parser: 'granite' is not implemented; implemented: deepseek_r1, qwen3 or deepseek_v4 (empty: the chat template's format)");
   }
 
   TEST_CASE("config: [engine] max_waiting from the file and --max-waiting, within 1..1048576") {

@@ -210,6 +210,16 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
   CHECK(r.chat.template_options.enable_thinking == false);
   CHECK_FALSE(oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}]})"))
                   .chat.template_options.enable_thinking.has_value());
+  // DeepSeek's name for the switch; either one on turns thinking on.
+  auto thinking = [&](const std::string& kwargs) {
+    return oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": )" +
+                                       kwargs + "}"))
+        .chat.template_options.enable_thinking;
+  };
+  CHECK(thinking(R"({"thinking": false})") == false);
+  CHECK(thinking(R"({"thinking": true})") == true);
+  CHECK(thinking(R"({"thinking": true, "enable_thinking": false})") == true);
+  CHECK(thinking(R"({"thinking": false, "enable_thinking": true})") == true);
 
   // required and named: the output's grammar is the calls'; the tools are still shown.
   const std::string two = R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" + weather +
@@ -309,6 +319,7 @@ TEST_CASE("chat request: bad tool fields name their param") {
   bad_chat(with(R"("chat_template_kwargs": [])"), "chat_template_kwargs", "object");
   bad_chat(with(R"("chat_template_kwargs": {"enable_thinking": "no"})"), "chat_template_kwargs.enable_thinking",
            "boolean");
+  bad_chat(with(R"("chat_template_kwargs": {"thinking": 1})"), "chat_template_kwargs.thinking", "boolean");
 
   auto turn = [](std::string_view m) {
     return R"({"messages": [{"role": "user", "content": "hi"}, )" + std::string(m) + "]}";
