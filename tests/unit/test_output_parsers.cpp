@@ -242,13 +242,13 @@ TEST_CASE("llama3_json: anything else is the answer, whole") {
 
 TEST_CASE("tool-call parsers: the chat template names its model's format") {
   using inferd::engine::ChatTemplate;
-  CHECK(ChatTemplate::detect("<|im_start|>{{ m }}").tool_call_format() == "hermes");
-  CHECK(ChatTemplate::detect("<|im_start|>{% if tools %}<tool_call>{% endif %}").tool_call_format() == "hermes");
-  CHECK(ChatTemplate::detect("{{ '[AVAILABLE_TOOLS]' }}{{ '[TOOL_CALLS]' }}").tool_call_format() == "mistral");
-  CHECK(ChatTemplate::detect("<|start_header_id|>{{ '<|python_tag|>' }}").tool_call_format() == "llama3_json");
-  CHECK(ChatTemplate::detect("<|start_header_id|>Given the following functions, please respond with a JSON for a "
-                             "function call with its proper arguments").tool_call_format() == "llama3_json");
-  CHECK(ChatTemplate::detect("<|start_header_id|>{{ m }}").tool_call_format() == "hermes");
+  CHECK(ChatTemplate("<|im_start|>{{ m }}", "t").tool_call_format() == "hermes");
+  CHECK(ChatTemplate("<|im_start|>{% if tools %}<tool_call>{% endif %}", "t").tool_call_format() == "hermes");
+  CHECK(ChatTemplate("{{ '[AVAILABLE_TOOLS]' }}{{ '[TOOL_CALLS]' }}", "t").tool_call_format() == "mistral");
+  CHECK(ChatTemplate("<|start_header_id|>{{ '<|python_tag|>' }}", "t").tool_call_format() == "llama3_json");
+  CHECK(ChatTemplate("<|start_header_id|>Given the following functions, please respond with a JSON for a "
+                             "function call with its proper arguments", "t").tool_call_format() == "llama3_json");
+  CHECK(ChatTemplate("<|start_header_id|>{{ m }}", "t").tool_call_format() == "hermes");
 }
 
 TEST_CASE("deepseek_r1: reasoning up to </think>, with or without the opening tag") {
