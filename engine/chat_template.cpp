@@ -162,7 +162,7 @@ ChatTemplate::ChatTemplate(std::string_view source, std::string_view origin, std
                            std::string eos_text)
     : bos_text_(std::move(bos_text)), eos_text_(std::move(eos_text)) {
   try {
-    template_ = std::make_unique<const jinja::Template>(source);
+    template_ = std::make_shared<const jinja::Template>(source);
   } catch (const jinja::SyntaxError& e) {
     throw ChatTemplateError(std::string(origin) + " " + e.what());
   }
@@ -174,10 +174,6 @@ ChatTemplate::ChatTemplate(std::string_view source, std::string_view origin, std
   else if (!has("<tool_call>") && (has("<|python_tag|>") || has("respond with a JSON for a function call")))
     tool_format_ = "llama3_json";
 }
-
-ChatTemplate::~ChatTemplate() = default;
-ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
-ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
 std::string_view ChatTemplate::chatml_source() { return kChatML; }
 std::string_view ChatTemplate::plain_source() { return kPlain; }

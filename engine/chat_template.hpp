@@ -69,9 +69,6 @@ class ChatTemplate {
   // `origin` names the template in errors ("model.gguf: tokenizer.chat_template").
   // `bos_text`, `eos_text`: the tokens' text, as bos_token and eos_token.
   ChatTemplate(std::string_view source, std::string_view origin, std::string bos_text = {}, std::string eos_text = {});
-  ~ChatTemplate();
-  ChatTemplate(ChatTemplate&&) noexcept;
-  ChatTemplate& operator=(ChatTemplate&&) noexcept;
 
   // From the file's `tokenizer.chat_template`; without one, ChatML when the
   // vocabulary has <|im_start|>, else "role: content" lines.
@@ -117,7 +114,7 @@ class ChatTemplate {
   std::string_view tool_call_format() const { return tool_format_; }
 
  private:
-  std::unique_ptr<const jinja::Template> template_;
+  std::shared_ptr<const jinja::Template> template_;  // immutable: copies share it
   std::string bos_text_, eos_text_;
   std::string default_system_;
   bool reads_tools_ = false;

@@ -1,6 +1,6 @@
 // libFuzzer target for chat templates. The first byte picks the template
-// (bits 0-1: the built-in ChatML or plain template, or the first NUL-separated
-// field of the rest as template text) and bit 2 add_generation_prompt; the
+// (bits 0-1: 0 the built-in ChatML template, 1 or 2 the plain one, 3 the first
+// NUL-separated field of the rest as template text) and bit 2 add_generation_prompt; the
 // remaining NUL-separated fields are role, content, role, content, ...
 // Parsing and rendering must succeed or throw ChatTemplateError, and a prompt
 // from a built-in template marks exactly each message's content as the

@@ -17,7 +17,7 @@ struct Expr {
   enum Kind {
     Literal,  // value
     Name,     // name
-    ListOf,   // kids: items
+    ListOf,   // kids: items; name "tuple" for (a, b)
     DictOf,   // kids: key, value, key, value, ...
     Attr,     // kids[0].name
     Item,     // kids[0][kids[1]]

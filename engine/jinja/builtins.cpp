@@ -136,8 +136,11 @@ Value select(const Value& subject, Call& c, bool by_attribute, bool keep) {
 Value dict_items(const Value& d) {
   if (!d.is_dict()) fail("items() needs a mapping, got " + type_name(d));
   List out;
-  for (const auto& [k, v] : d.dict())
-    out.push_back(List{d.from_request ? Value(Text::request(k)) : Value(k), v});
+  for (const auto& [k, v] : d.dict()) {
+    Value pair = List{d.from_request ? Value(Text::request(k)) : Value(k), v};
+    pair.is_tuple = true;
+    out.push_back(std::move(pair));
+  }
   return out;
 }
 

@@ -79,6 +79,14 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       if (num(b) == 0) fail("division by zero");
       return num(a) / num(b);
     }
+    if (op == "**") {
+      if (ints && as_i(b) >= 0) {
+        int64_t r = 1;
+        for (int64_t i = 0; i < as_i(b) && i < 64; ++i) r *= as_i(a);
+        return r;
+      }
+      return std::pow(num(a), num(b));
+    }
     if (ints) {
       const int64_t x = as_i(a), y = as_i(b);
       if ((op == "//" || op == "%") && y == 0) fail("integer division or modulo by zero");
@@ -290,7 +298,9 @@ class Evaluator {
       case Expr::ListOf: {
         List l;
         for (const ExprPtr& k : e.kids) l.push_back(eval(*k));
-        return l;
+        Value v = std::move(l);
+        v.is_tuple = e.name == "tuple";
+        return v;
       }
       case Expr::DictOf: {
         Dict d;

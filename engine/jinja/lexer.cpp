@@ -144,6 +144,14 @@ class Lexer {
           is_float = true;
           for (++e; e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e])); ++e) {}
         }
+        if (e < s_.size() && (s_[e] == 'e' || s_[e] == 'E')) {  // 1e3, 1.5e-4
+          size_t x = e + 1;
+          if (x < s_.size() && (s_[x] == '+' || s_[x] == '-')) ++x;
+          if (x < s_.size() && std::isdigit(static_cast<unsigned char>(s_[x]))) {
+            is_float = true;
+            for (e = x; e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e])); ++e) {}
+          }
+        }
         std::string num;
         for (size_t i = at; i < e; ++i)
           if (s_[i] != '_') num += s_[i];

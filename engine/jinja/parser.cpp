@@ -297,22 +297,32 @@ class Parser {
     return e;
   }
   ExprPtr product() {
-    ExprPtr e = unary();
+    ExprPtr e = power();
     while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
       const Token& t = next();
-      e = binary(t.text, std::move(e), unary(), t.line);
+      e = binary(t.text, std::move(e), power(), t.line);
     }
-    if (at_op("**")) throw SyntaxError(peek().line, "'**' is not supported");
     return e;
   }
-  ExprPtr unary() {
+  ExprPtr power() {
+    ExprPtr e = unary();
+    while (at_op("**")) {
+      const int line = next().line;
+      e = binary("**", std::move(e), unary(), line);
+    }
+    return e;
+  }
+  // As Jinja2: a sign takes the operand before its filters, so -1 | abs is 1.
+  ExprPtr unary(bool with_filters = true) {
+    ExprPtr e;
     if (at_op("-") || at_op("+")) {
       const Token& t = next();
-      auto e = make(Expr::Unary, t.line, t.text);
-      e->kids.push_back(unary());
-      return e;
+      e = make(Expr::Unary, t.line, t.text);
+      e->kids.push_back(unary(false));
+    } else {
+      e = postfix(primary());
     }
-    return filters(postfix(primary()));
+    return with_filters ? filters(std::move(e)) : std::move(e);
   }
 
   ExprPtr primary() {
@@ -350,8 +360,8 @@ class Parser {
         if (t.text == "(") {
           if (take_op(")")) return literal_list(t.line);
           ExprPtr e = expression();
-          if (at_op(",")) {  // a tuple: a list to this engine
-            auto l = make(Expr::ListOf, t.line);
+          if (at_op(",")) {
+            auto l = make(Expr::ListOf, t.line, "tuple");
             l->kids.push_back(std::move(e));
             while (take_op(",") && !at_op(")")) l->kids.push_back(expression());
             e = std::move(l);

@@ -166,12 +166,13 @@ void repr(const Value& v, std::string& out, bool& marked) {
     marked = marked || !v.text().marks.empty();
     out += string_repr(v.str());
   } else if (v.is_list()) {
-    out += '[';
+    out += v.is_tuple ? '(' : '[';
     for (size_t i = 0; i < v.list().size(); ++i) {
       if (i) out += ", ";
       repr(v.list()[i], out, marked);
     }
-    out += ']';
+    if (v.is_tuple && v.list().size() == 1) out += ',';
+    out += v.is_tuple ? ')' : ']';
   } else if (v.is_dict()) {
     marked = marked || v.from_request;
     out += '{';

@@ -60,7 +60,8 @@ struct Value {
                std::shared_ptr<const Function>>
       v;
   bool is_namespace = false;
-  bool from_request = false;  // a list or dict of the request's JSON: its keys are the request's text too
+  bool from_request = false;
+  bool is_tuple = false;  // a list Python would write as a tuple: (a, b)  // a list or dict of the request's JSON: its keys are the request's text too
 
   Value() : v(Undefined{}) {}
   Value(None) : v(None{}) {}
