@@ -240,6 +240,12 @@ class Evaluator {
   Value macro(const Node& n) {
     return Function([this, &n](Call& c) -> Value {
       if (c.args.size() > n.targets.size() - 1) fail("macro '" + n.targets[0] + "' takes fewer arguments");
+      if (calls_ >= 100) fail("macro calls nested more than 100 deep");
+      ++calls_;
+      struct Leave {
+        int& calls;
+        ~Leave() { --calls; }
+      } leave{calls_};
       std::vector<Frame> saved = std::move(frames_);
       frames_ = {saved[0], {}};
       for (size_t i = 1; i < n.targets.size(); ++i) {
@@ -424,6 +430,7 @@ class Evaluator {
 
   std::vector<Frame> frames_;
   Text out_;
+  int calls_ = 0;  // macro calls in progress
 };
 
 }  // namespace

@@ -120,6 +120,7 @@ class Parser {
   }
 
   Node statement(const std::string& name, int line) {
+    const Nested nested(*this, line);
     if (name == "if") return if_statement(line);
     if (name == "for") return for_statement(line);
     if (name == "set") return set_statement(line);
@@ -218,8 +219,18 @@ class Parser {
     return n;
   }
 
+  // Nesting deeper than any template needs is refused before it exhausts the stack.
+  struct Nested {
+    Nested(Parser& p, int line) : p(p) {
+      if (++p.depth_ > 200) throw SyntaxError(line, "nested more than 200 deep");
+    }
+    ~Nested() { --p.depth_; }
+    Parser& p;
+  };
+
   // expression := or ['if' or ['else' expression]]
   ExprPtr expression(bool with_condition = true) {
+    const Nested nested(*this, peek().line);
     ExprPtr e = or_expr();
     while (with_condition && at_name("if")) {
       auto c = make(Expr::Cond, next().line);
@@ -238,22 +249,19 @@ class Parser {
     return e;
   }
 
-  ExprPtr or_expr() {
-    ExprPtr e = and_expr();
-    while (at_name("or")) {
-      const int line = next().line;
-      e = binary("or", std::move(e), and_expr(), line);
+  // Left-associative operators of one precedence level over the next.
+  ExprPtr chain(ExprPtr (Parser::*operand)(), std::initializer_list<std::string_view> ops) {
+    ExprPtr e = (this->*operand)();
+    for (;;) {
+      const Token& t = peek();
+      if ((t.kind != Token::Op && t.kind != Token::Name) || std::find(ops.begin(), ops.end(), t.text) == ops.end())
+        return e;
+      next();
+      e = binary(t.text, std::move(e), (this->*operand)(), t.line);
     }
-    return e;
   }
-  ExprPtr and_expr() {
-    ExprPtr e = not_expr();
-    while (at_name("and")) {
-      const int line = next().line;
-      e = binary("and", std::move(e), not_expr(), line);
-    }
-    return e;
-  }
+  ExprPtr or_expr() { return chain(&Parser::and_expr, {"or"}); }
+  ExprPtr and_expr() { return chain(&Parser::not_expr, {"and"}); }
   ExprPtr not_expr() {
     if (at_name("not")) {
       auto e = make(Expr::Unary, next().line, "not");
@@ -280,40 +288,14 @@ class Parser {
       }
     }
   }
-  ExprPtr sum() {
-    ExprPtr e = concat();
-    while (at_op("+") || at_op("-")) {
-      const Token& t = next();
-      e = binary(t.text, std::move(e), concat(), t.line);
-    }
-    return e;
-  }
-  ExprPtr concat() {
-    ExprPtr e = product();
-    while (at_op("~")) {
-      const int line = next().line;
-      e = binary("~", std::move(e), product(), line);
-    }
-    return e;
-  }
-  ExprPtr product() {
-    ExprPtr e = power();
-    while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
-      const Token& t = next();
-      e = binary(t.text, std::move(e), power(), t.line);
-    }
-    return e;
-  }
-  ExprPtr power() {
-    ExprPtr e = unary();
-    while (at_op("**")) {
-      const int line = next().line;
-      e = binary("**", std::move(e), unary(), line);
-    }
-    return e;
-  }
+  ExprPtr sum() { return chain(&Parser::concat, {"+", "-"}); }
+  ExprPtr concat() { return chain(&Parser::product, {"~"}); }
+  ExprPtr product() { return chain(&Parser::power, {"*", "/", "//", "%"}); }
+  ExprPtr power() { return chain(&Parser::signed_operand, {"**"}); }
+  ExprPtr signed_operand() { return unary(); }
   // As Jinja2: a sign takes the operand before its filters, so -1 | abs is 1.
   ExprPtr unary(bool with_filters = true) {
+    const Nested nested(*this, peek().line);
     ExprPtr e;
     if (at_op("-") || at_op("+")) {
       const Token& t = next();
@@ -484,6 +466,7 @@ class Parser {
   std::vector<Token> t_;
   size_t pos_ = 0;
   int loops_ = 0;
+  int depth_ = 0;
   std::set<std::string> names_;
   std::vector<std::string> macros_;
   std::vector<std::pair<std::string, int>> calls_;
