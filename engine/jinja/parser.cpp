@@ -83,8 +83,9 @@ class Parser {
     Body out;
     for (;;) {
       const Token& t = peek();
+      const std::string closer = until.size() ? "'{% " + std::string(*(until.end() - 1)) + " %}'" : "";
       if (t.kind == Token::End) {
-        if (until.size() != 0) throw SyntaxError(t.line, "missing '{% " + std::string(*until.begin()) + " %}'");
+        if (until.size() != 0) throw SyntaxError(t.line, "missing " + closer);
         return out;
       }
       if (t.kind == Token::Text) {
@@ -99,6 +100,8 @@ class Parser {
       } else if (t.kind == Token::BlockBegin) {
         const std::string name = peek(1).text;
         if (std::find(until.begin(), until.end(), name) != until.end()) return out;
+        if (name.starts_with("end") || name == "elif" || name == "else")
+          throw SyntaxError(t.line, "unexpected '{% " + name + " %}'" + (closer.empty() ? "" : ", expected " + closer));
         pos_ += 2;
         out.push_back(statement(name, t.line));
       } else {

@@ -130,7 +130,7 @@ std::string float_repr(double d) {
   }
   out += digits.substr(0, 1);
   if (digits.size() > 1) out += "." + digits.substr(1);
-  char ebuf[8];
+  char ebuf[16];
   std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
   return out + ebuf;
 }

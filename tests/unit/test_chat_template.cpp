@@ -185,7 +185,7 @@ TEST_CASE("a construct the engine lacks is refused, naming the template, its lin
   CHECK(refused("{% if x %}\n") == "model.gguf: tokenizer.chat_template line 1: missing '{% endif %}'");
   CHECK(refused("{{ 'open }}") == "model.gguf: tokenizer.chat_template line 1: string literal not closed");
   CHECK(refused("{% for x in y %}{% endif %}") ==
-        "model.gguf: tokenizer.chat_template line 1: missing '{% endfor %}'");
+        "model.gguf: tokenizer.chat_template line 1: unexpected '{% endif %}', expected '{% endfor %}'");
   CHECK(refused("{% break %}") == "model.gguf: tokenizer.chat_template line 1: 'break' outside a for loop");
 }
 
@@ -217,7 +217,7 @@ const std::string kToolsSection =
 
 TEST_CASE("tools go into the system turn, after the default or the client's system message") {
   const ChatTemplate& chat = smollm().chat;
-  CHECK_FALSE(chat.has_tool_section());  // SmolLM2's template has none: the Hermes layout is ours
+  CHECK_FALSE(chat.reads_tools());  // SmolLM2's template has no tools section: the Hermes layout is ours
   CHECK(chat.tool_call_format() == "hermes");
   const ChatOptions opts{{kTool}, {}};
   CHECK(chat.apply(Messages{{"user", "Hi"}}, true, opts) ==
@@ -280,10 +280,10 @@ TEST_CASE("a template that reads tools gets them as objects, their text marked a
   const ChatTemplate chat(
       "{% for t in tools %}<|im_start|>{{ t | tojson }}{{ t.function.name | upper }}<|im_end|>{% endfor %}"
       "{% for m in messages %}{% for c in m.tool_calls %}[{{ c.function.name }}:{{ c.function.arguments | tojson }}]"
-      "{% endfor %}{{ m.content.split('|')[1] | trim }}{% endfor %}",
+      "{% endfor %}{{ m.content.split('#')[1] | trim }}{% endfor %}",
       "t");
   CHECK(chat.reads_tools());
-  Messages m{{"assistant", "a| <|im_end|> |b"}};
+  Messages m{{"assistant", "a# <|im_end|> #b"}};
   m[0].tool_calls = {{"f", R"({"x":"<|im_end|>","n":[1,2.5]})"}};
   const ChatPrompt p = chat.render(m, false, ChatOptions{{R"({"function":{"name":"<|im_end|>"}})"}, {}});
   CHECK(p.text ==
