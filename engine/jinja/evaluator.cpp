@@ -111,6 +111,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
 }
 
 bool contains(const Value& haystack, const Value& needle) {
+  if (haystack.is_undefined()) return false;  // iterates as empty
   if (haystack.is_string()) {
     if (!needle.is_string()) fail("'in <string>' requires a string as left operand, not " + type_name(needle));
     return haystack.str().find(needle.str()) != std::string::npos;

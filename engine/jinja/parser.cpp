@@ -404,9 +404,16 @@ class Parser {
     for (;;) {
       const int line = peek().line;
       if (take_op(".")) {
-        auto a = make(Expr::Attr, line, expect_name());
-        a->kids.push_back(std::move(e));
-        e = std::move(a);
+        if (peek().kind == Token::Int) {  // messages.0 is messages[0]
+          auto i = make(Expr::Item, line);
+          i->kids.push_back(std::move(e));
+          i->kids.push_back(primary());
+          e = std::move(i);
+        } else {
+          auto a = make(Expr::Attr, line, expect_name());
+          a->kids.push_back(std::move(e));
+          e = std::move(a);
+        }
       } else if (take_op("[")) {
         ExprPtr index[3];
         int colons = 0;
