@@ -123,13 +123,17 @@ std::string float_repr(double d) {
     } else {
       if (digits.size() <= size_t(exp) + 1) digits += std::string(size_t(exp) + 1 - digits.size(), '0');
       out += digits.substr(0, size_t(exp) + 1);
-      std::string frac = digits.substr(size_t(exp) + 1);
-      out += "." + (frac.empty() ? std::string("0") : frac);
+      const std::string frac = digits.substr(size_t(exp) + 1);
+      out += '.';
+      out += frac.empty() ? std::string("0") : frac;
     }
     return out;
   }
   out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  if (digits.size() > 1) {
+    out += '.';
+    out.append(digits, 1);
+  }
   char ebuf[16];
   std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
   return out + ebuf;
