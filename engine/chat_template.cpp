@@ -4,10 +4,17 @@
 #include <utility>
 
 #include "engine/gguf_reader.hpp"
+#include "engine/jinja/evaluator.hpp"
+#include "engine/jinja/lexer.hpp"
 #include "engine/tokenizer.hpp"
 
 namespace inferd::engine {
 namespace {
+
+using jinja::Dict;
+using jinja::List;
+using jinja::Text;
+using jinja::Value;
 
 constexpr std::array<std::string_view, 4> kRoles = {"system", "user", "assistant", "tool"};
 
@@ -20,14 +27,6 @@ void check_roles(std::span<const ChatMessage> messages) {
       throw ChatTemplateError("messages[" + std::to_string(i) + "]: role '" + role +
                               "' is not one of system, user, assistant, tool");
   }
-}
-
-// Jinja's `trim`: strips leading and trailing whitespace.
-std::string_view trim(std::string_view s) {
-  constexpr std::string_view ws = " \t\n\r\f\v";
-  size_t b = s.find_first_not_of(ws);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
 // A ChatML template that supplies its own system message writes it as one
@@ -59,43 +58,6 @@ std::string chatml_default_system(std::string_view tmpl) {
   return {};
 }
 
-}  // namespace
-
-ChatTemplate::ChatTemplate(Family family, std::string default_system, std::string bos_text)
-    : family_(family), default_system_(std::move(default_system)), bos_text_(std::move(bos_text)) {}
-
-ChatTemplate ChatTemplate::detect(std::string_view template_text, std::string bos_text) {
-  Family family = Family::Plain;
-  std::string system;
-  if (template_text.find("<|im_start|>") != std::string_view::npos) {
-    family = Family::ChatML;
-    system = chatml_default_system(template_text);
-  } else if (template_text.find("<|start_header_id|>") != std::string_view::npos) {
-    family = Family::Llama3;
-  }
-  ChatTemplate t(family, std::move(system), std::move(bos_text));
-  t.tool_section_ = template_text.find("<tool_call>") != std::string_view::npos;
-  t.thinking_switch_ = template_text.find("enable_thinking") != std::string_view::npos;
-  auto has = [&](std::string_view s) { return template_text.find(s) != std::string_view::npos; };
-  if (has("[TOOL_CALLS]"))
-    t.tool_format_ = "mistral";
-  else if (has("｜DSML｜"))  // templates spell it apart from the block's name: '<' + dsml_token + 'tool_calls>'
-    t.tool_format_ = has("function_calls") ? "deepseek_v32" : "deepseek_v4";
-  else if (!t.tool_section_ && (has("<|python_tag|>") || has("respond with a JSON for a function call")))
-    t.tool_format_ = "llama3_json";
-  if (t.tool_format_ == "deepseek_v4" && has("<think>")) t.reasoning_format_ = "deepseek_v4";
-  return t;
-}
-
-ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, const Tokenizer& tokenizer) {
-  std::string bos = tokenizer.bos() >= 0 ? tokenizer.token_text(tokenizer.bos()) : std::string();
-  if (auto text = file.get_string("tokenizer.chat_template")) return detect(*text, std::move(bos));
-  if (tokenizer.find("<|im_start|>")) return ChatTemplate(Family::ChatML, {}, std::move(bos));
-  return ChatTemplate(Family::Plain, {}, std::move(bos));
-}
-
-namespace {
-
 // Qwen2.5's tools section, word for word.
 constexpr std::string_view kToolsIntro =
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -105,119 +67,164 @@ constexpr std::string_view kToolsOutro =
     "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
     "<args-json-object>}\n</tool_call>";
 
-// One turn's body as pieces: the template's own text, and content (the client's
-// text, where control tokens are never parsed).
-struct Turn {
-  explicit Turn(std::string r) : role(std::move(r)) {}
-  std::string role;
-  std::vector<std::pair<std::string, bool>> pieces;  // text, is content
-  bool trim = false;  // Llama 3 trims plain message content
-  void lit(std::string_view t) { pieces.emplace_back(std::string(t), false); }
-  void text(std::string_view t) { pieces.emplace_back(std::string(t), true); }
-};
+// Models without a template: ChatML, or one "role: content" line per message.
+constexpr std::string_view kChatML =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+constexpr std::string_view kPlain =
+    "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}";
+
+// JSON text from the request as a value; text that is not JSON stays a string.
+Value request_json(const std::string& text) {
+  try {
+    return jinja::from_json_request(text);
+  } catch (const std::invalid_argument&) {
+    return Text::request(text);
+  }
+}
+
+Value message(std::string_view role, Text content) {
+  return Dict{{"role", std::string(role)}, {"content", std::move(content)}};
+}
+
+// A message as transformers passes an OpenAI message: tool calls as
+// {"type": "function", "function": {"name", "arguments"}} with the arguments
+// an object, as vLLM and llama.cpp's server give them.
+Value native_message(const ChatMessage& m) {
+  Value v = message(m.role, Text::request(m.content));
+  if (!m.tool_calls.empty()) {
+    List calls;
+    for (const ChatToolCall& c : m.tool_calls)
+      calls.push_back(Dict{{"type", "function"},
+                           {"function", Dict{{"name", Text::request(c.name)}, {"arguments", request_json(c.arguments)}}}});
+    v.dict().emplace_back("tool_calls", std::move(calls));
+  }
+  if (!m.tool_call_id.empty()) v.dict().emplace_back("tool_call_id", Text::request(m.tool_call_id));
+  return v;
+}
+
+// The Hermes layout for a template that does not read `tools`.
+List hermes_messages(std::span<const ChatMessage> messages, const ChatOptions& options,
+                     const std::string& default_system) {
+  List out;
+  size_t first = 0;
+  const bool tools = !options.tools.empty();
+  if (tools) {
+    Text sys;
+    if (!messages.empty() && messages[0].role == "system") {
+      sys = Text::request(messages[0].content);
+      first = 1;
+    } else {
+      sys = Text(default_system);
+    }
+    if (!sys.str.empty()) sys.append("\n\n");
+    sys.append(kToolsIntro);
+    for (const std::string& t : options.tools) {
+      sys.append("\n");
+      sys.append(Text::request(t));
+    }
+    sys.append(kToolsOutro);
+    out.push_back(message("system", std::move(sys)));
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool" && tools) {
+      // Consecutive results share one user message.
+      Text body;
+      if (i != first && messages[i - 1].role == "tool") {
+        body = out.back().get("content").text();
+        body.append("\n");
+        out.pop_back();
+      }
+      body.append("<tool_response>\n");
+      body.append(Text::request(m.content));
+      body.append("\n</tool_response>");
+      out.push_back(message("user", std::move(body)));
+      continue;
+    }
+    Text content = Text::request(m.content);
+    for (const ChatToolCall& c : m.tool_calls) {
+      content.append(content.str.empty() ? "<tool_call>\n{\"name\": \"" : "\n<tool_call>\n{\"name\": \"");
+      content.append(Text::request(c.name));
+      content.append("\", \"arguments\": ");
+      content.append(Text::request(c.arguments));
+      content.append("}\n</tool_call>");
+    }
+    out.push_back(message(m.role, std::move(content)));
+  }
+  return out;
+}
 
 }  // namespace
+
+ChatTemplate::ChatTemplate(std::string_view source, std::string_view origin, std::string bos_text,
+                           std::string eos_text)
+    : bos_text_(std::move(bos_text)), eos_text_(std::move(eos_text)) {
+  try {
+    template_ = std::make_shared<const jinja::Template>(source);
+  } catch (const jinja::SyntaxError& e) {
+    throw ChatTemplateError(std::string(origin) + " " + e.what());
+  }
+  reads_tools_ = template_->reads("tools");
+  default_system_ = chatml_default_system(source);
+  auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
+  if (has("[TOOL_CALLS]"))
+    tool_format_ = "mistral";
+  else if (has("｜DSML｜"))  // templates spell it apart from the block's name: '<' + dsml_token + 'tool_calls>'
+    tool_format_ = has("function_calls") ? "deepseek_v32" : "deepseek_v4";
+  else if (!has("<tool_call>") && (has("<|python_tag|>") || has("respond with a JSON for a function call")))
+    tool_format_ = "llama3_json";
+  if (tool_format_ == "deepseek_v4" && has("<think>")) reasoning_format_ = "deepseek_v4";
+}
+
+std::string_view ChatTemplate::chatml_source() { return kChatML; }
+std::string_view ChatTemplate::plain_source() { return kPlain; }
+
+ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, const Tokenizer& tokenizer) {
+  auto text_of = [&](int32_t id) { return id >= 0 ? tokenizer.token_text(id) : std::string(); };
+  std::string bos = text_of(tokenizer.bos()), eos = text_of(tokenizer.eos());
+  if (auto text = file.get_string("tokenizer.chat_template"))
+    return ChatTemplate(*text, file.path() + ": tokenizer.chat_template", std::move(bos), std::move(eos));
+  const bool chatml = tokenizer.find("<|im_start|>").has_value();
+  return ChatTemplate(chatml ? kChatML : kPlain, chatml ? "built-in ChatML template" : "built-in plain template",
+                      std::move(bos), std::move(eos));
+}
 
 ChatPrompt ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt,
                                 const ChatOptions& options) const {
   check_roles(messages);
-  const bool tools = !options.tools.empty();
-  const bool hermes = tools || tool_section_;
-
-  // Messages as turns, the tools section and tool results in Hermes layout.
-  std::vector<Turn> turns;
-  size_t first = 0;
-  if (tools) {
-    Turn sys{"system"};
-    if (!messages.empty() && messages[0].role == "system") {
-      sys.text(messages[0].content);
-      first = 1;
-    } else if (!default_system_.empty()) {
-      sys.lit(default_system_);
-    }
-    if (!sys.pieces.empty()) sys.lit("\n\n");
-    sys.lit(kToolsIntro);
-    for (const std::string& t : options.tools) {
-      sys.lit("\n");
-      sys.text(t);
-    }
-    sys.lit(kToolsOutro);
-    turns.push_back(std::move(sys));
-  } else if (family_ == Family::ChatML && !messages.empty() && messages[0].role != "system" &&
-             !default_system_.empty()) {
-    Turn sys{"system"};
-    sys.lit(default_system_);
-    turns.push_back(std::move(sys));
+  List msgs;
+  if (reads_tools_) {
+    for (const ChatMessage& m : messages) msgs.push_back(native_message(m));
+  } else {
+    msgs = hermes_messages(messages, options, default_system_);
   }
-  for (size_t i = first; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    if (m.role == "tool" && hermes) {
-      // Consecutive results share one user turn.
-      if (i == first || messages[i - 1].role != "tool") turns.emplace_back("user");
-      Turn& t = turns.back();
-      t.lit(t.pieces.empty() ? "<tool_response>\n" : "\n<tool_response>\n");
-      t.text(m.content);
-      t.lit("\n</tool_response>");
-      continue;
-    }
-    Turn t{m.role};
-    if (m.tool_calls.empty()) {
-      t.text(m.content);
-      t.trim = true;
-    } else {
-      if (!m.content.empty()) t.text(m.content);
-      for (const ChatToolCall& c : m.tool_calls) {
-        t.lit(t.pieces.empty() ? "<tool_call>\n{\"name\": \"" : "\n<tool_call>\n{\"name\": \"");
-        t.text(c.name);
-        t.lit("\", \"arguments\": ");
-        t.text(c.arguments);
-        t.lit("}\n</tool_call>");
-      }
-    }
-    turns.push_back(std::move(t));
+  Value tools = jinja::None{};
+  if (reads_tools_ && !options.tools.empty()) {
+    List defs;
+    for (const std::string& t : options.tools) defs.push_back(request_json(t));
+    tools = std::move(defs);
   }
-
+  Dict context{{"messages", std::move(msgs)},
+               {"tools", std::move(tools)},
+               {"documents", jinja::None{}},
+               {"add_generation_prompt", add_generation_prompt},
+               {"bos_token", bos_text_},
+               {"eos_token", eos_text_}};
+  if (options.enable_thinking) {  // under both names: Qwen3's templates read one, DeepSeek's the other
+    context.emplace_back("enable_thinking", *options.enable_thinking);
+    context.emplace_back("thinking", *options.enable_thinking);
+  }
+  Text out;
+  try {
+    out = template_->render(context, options.now.value_or(std::time(nullptr)));
+  } catch (const jinja::RenderError& e) {
+    throw ChatTemplateError(std::string("chat template ") + e.what());
+  }
   ChatPrompt p;
-  std::string& out = p.text;
-  auto body = [&](const Turn& t) {
-    for (const auto& [text, is_content] : t.pieces) {
-      std::string_view v = text;
-      if (is_content && t.trim && family_ == Family::Llama3) v = trim(v);
-      if (is_content) p.content.push_back({out.size(), out.size() + v.size()});
-      out += v;
-    }
-  };
-  switch (family_) {
-    case Family::ChatML:
-      for (const Turn& t : turns) {
-        out += "<|im_start|>" + t.role + "\n";
-        body(t);
-        out += "<|im_end|>\n";
-      }
-      if (add_generation_prompt) {
-        out += "<|im_start|>assistant\n";
-        // Qwen3 with thinking off: an empty think block the model continues after.
-        if (thinking_switch_ && options.enable_thinking == false) out += "<think>\n\n</think>\n\n";
-      }
-      break;
-    case Family::Llama3:
-      if (!turns.empty()) out += bos_text_;
-      for (const Turn& t : turns) {
-        out += "<|start_header_id|>" + t.role + "<|end_header_id|>\n\n";
-        body(t);
-        out += "<|eot_id|>";
-      }
-      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-      break;
-    case Family::Plain:
-      for (const Turn& t : turns) {
-        out += t.role + ": ";
-        body(t);
-        out += "\n";
-      }
-      if (add_generation_prompt) out += "assistant:";
-      break;
-  }
+  p.text = std::move(out.str);
+  for (const jinja::Range& r : out.marks) p.content.push_back({r.begin, r.end});
   return p;
 }
 
@@ -226,15 +233,6 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<
                                           const ChatOptions& options) const {
   const ChatPrompt p = render(messages, add_generation_prompt, options);
   return tokenizer.encode(p.text, add_special, p.content);
-}
-
-std::string_view to_string(ChatTemplate::Family family) {
-  switch (family) {
-    case ChatTemplate::Family::ChatML: return "chatml";
-    case ChatTemplate::Family::Llama3: return "llama3";
-    case ChatTemplate::Family::Plain: return "plain";
-  }
-  return "unknown";
 }
 
 }  // namespace inferd::engine

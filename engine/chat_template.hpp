@@ -1,10 +1,14 @@
-// Chat templates without a Jinja engine: the model's `tokenizer.chat_template`
-// text only selects a family, and each family is rendered here exactly as its
-// template renders it. The result carries the template's special tokens as
-// text; encode() parses them there and only there, so a message that contains
+// Chat templates: the model's own `tokenizer.chat_template`, rendered by
+// engine/jinja with the variables transformers gives it (messages, tools,
+// add_generation_prompt, bos_token, eos_token, enable_thinking). The result
+// carries the template's special tokens as text, and knows which of its bytes
+// are the request's (message content, tool definitions, tool calls): encode()
+// parses control tokens everywhere else, so a message that contains
 // "<|im_end|>" is that text, never the control token.
 #pragma once
 #include <cstdint>
+#include <ctime>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -17,6 +21,9 @@
 namespace inferd::engine {
 
 class GgufFile;
+namespace jinja {
+class Template;
+}
 
 // A call an assistant turn made: the function's name and its arguments as the
 // JSON text of an object.
@@ -35,54 +42,53 @@ struct ChatMessage {
 // What a request adds to its messages.
 struct ChatOptions {
   // Each tool's definition as JSON text ({"type":"function","function":{...}}).
-  // Empty: no tools section.
+  // Empty: no tools (the template sees tools = none).
   std::vector<std::string> tools;
   // chat_template_kwargs.enable_thinking (or `thinking`, DeepSeek's name for
-  // it), for templates that read it (Qwen3); unset: the template's default
-  // (thinking on).
+  // it), for templates that read it (Qwen3); unset: not defined for the
+  // template (its default).
   std::optional<bool> enable_thinking;
+  // The time strftime_now() formats; unset: now.
+  std::optional<std::time_t> now = {};
 };
 
-// A rendered prompt: its text and where the messages' content lies in it.
+// A rendered prompt: its text and where the request's text lies in it.
 struct ChatPrompt {
   std::string text;
   std::vector<TextRange> content;  // plain text: control tokens there are not parsed
 };
 
-// Messages the template cannot render; what() names the message index.
+// A template this engine cannot use (at load: names the origin, the line and
+// the construct), or messages it cannot render (names the message index, or
+// the template line that refused them, as raise_exception does).
 struct ChatTemplateError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
 class ChatTemplate {
  public:
-  enum class Family {
-    ChatML,  // <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen2)
-    Llama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
-    Plain,   // role: content\n, for models without a recognised template
-  };
+  // `origin` names the template in errors ("model.gguf: tokenizer.chat_template").
+  // `bos_text`, `eos_text`: the tokens' text, as bos_token and eos_token.
+  ChatTemplate(std::string_view source, std::string_view origin, std::string bos_text = {}, std::string eos_text = {});
 
-  // `default_system`: the system message the template inserts when the first
-  // message is not one (SmolLM2's "You are a helpful AI assistant named SmolLM,
-  // ..."); empty for none. `bos_text`: the BOS token's text, for families whose
-  // template writes it (Llama 3).
-  explicit ChatTemplate(Family family, std::string default_system = {}, std::string bos_text = {});
-
-  // Recognises the family (and a ChatML default system message) in a Jinja
-  // template's text. Never fails: an unrecognised template gives Plain.
-  static ChatTemplate detect(std::string_view template_text, std::string bos_text = {});
   // From the file's `tokenizer.chat_template`; without one, ChatML when the
-  // vocabulary has <|im_start|>, else Plain.
+  // vocabulary has <|im_start|>, else "role: content" lines.
   static ChatTemplate from_gguf(const GgufFile& file, const Tokenizer& tokenizer);
+  // The templates used when a model has none.
+  static std::string_view chatml_source();
+  static std::string_view plain_source();
 
   // The prompt. Throws ChatTemplateError for a role other than system, user,
-  // assistant or tool.
+  // assistant or tool, or where the template refuses the messages.
   //
-  // Tools are written Hermes-style, as Qwen2.5's template writes them: their
-  // definitions inside <tools></tools> in the system turn, an assistant's calls
-  // as <tool_call>{"name": ..., "arguments": {...}}</tool_call>, and tool results
-  // as <tool_response> blocks in a user turn. A template without a tools section
-  // (SmolLM2's) gets the same layout, so every model sees one documented format.
+  // A template that reads `tools` lays tools, calls and results out itself
+  // (calls' arguments reach it as objects). One that does not gets them
+  // Hermes-style, as Qwen2.5's template writes them: the definitions inside
+  // <tools></tools> in the system message (after the template's own default
+  // system message, if it has one), an assistant's calls as
+  // <tool_call>{"name": ..., "arguments": {...}}</tool_call> in its content,
+  // and, in a request with tools, tool results as <tool_response> blocks in a
+  // user message. So every model sees a documented format.
   ChatPrompt render(std::span<const ChatMessage> messages, bool add_generation_prompt,
                     const ChatOptions& options = {}) const;
   std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt,
@@ -90,26 +96,24 @@ class ChatTemplate {
     return render(messages, add_generation_prompt, options).text;
   }
   // The prompt's token ids: the template's control tokens become their ids, the
-  // messages' content is tokenized as plain text. `add_special`: BOS/EOS where
+  // request's text is tokenized as plain text. `add_special`: BOS/EOS where
   // the tokenizer asks for them (the template may already write BOS).
   std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
                               bool add_generation_prompt, bool add_special = false,
                               const ChatOptions& options = {}) const;
 
-  Family family() const { return family_; }
+  // The template lays tools out itself.
+  bool reads_tools() const { return reads_tools_; }
+  // A system message the template writes when the first message is not one
+  // (SmolLM2's "You are a helpful AI assistant named SmolLM, ..."): the Hermes
+  // tools section follows it.
   const std::string& default_system() const { return default_system_; }
-  // The template has a tools section (writes <tool_call>): tool results are
-  // <tool_response> blocks even in a request without tools.
-  bool has_tool_section() const { return tool_section_; }
-  // The template reads enable_thinking (Qwen3): off writes an empty think block.
-  bool has_thinking_switch() const { return thinking_switch_; }
   // The name of the tool-call format this template's model writes (vLLM's
   // --tool-call-parser name), from what the template's text spells: "mistral"
   // ([TOOL_CALLS]), "llama3_json" (<|python_tag|>, or Llama 3.1's JSON
   // function-call instructions), "deepseek_v32" (DSML, ｜DSML｜ with
   // function_calls), "deepseek_v4" (DSML otherwise: <｜DSML｜tool_calls>), else
-  // "hermes". render()
-  // describes tools in the hermes layout whichever it is.
+  // "hermes".
   std::string_view tool_call_format() const { return tool_format_; }
   // The reasoning format (vLLM's --reasoning-parser name) the template's model
   // writes where it is known from the template alone: "deepseek_v4" for
@@ -117,15 +121,12 @@ class ChatTemplate {
   std::string_view reasoning_format() const { return reasoning_format_; }
 
  private:
-  Family family_;
+  std::shared_ptr<const jinja::Template> template_;  // immutable: copies share it
+  std::string bos_text_, eos_text_;
   std::string default_system_;
-  std::string bos_text_;
-  bool tool_section_ = false;
-  bool thinking_switch_ = false;
+  bool reads_tools_ = false;
   std::string_view tool_format_ = "hermes";
   std::string_view reasoning_format_;
 };
-
-std::string_view to_string(ChatTemplate::Family family);
 
 }  // namespace inferd::engine

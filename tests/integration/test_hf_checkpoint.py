@@ -2,7 +2,8 @@
 Llama of tests/golden/hf-tiny (tools/make_hf_golden.py), named by --model or by
 the configuration file's [model] path, answers completions and chat completions
 through the `openai` client; a checkpoint inferd cannot run is refused at load
-with the file and key named. Two tensor-parallel ranks on the checkpoint give the
+with the file and key named, a chat template it cannot render with the line and
+construct. Two tensor-parallel ranks on the checkpoint give the
 single rank's greedy text."""
 import shutil
 import subprocess
@@ -59,6 +60,17 @@ def test_unsupported_checkpoint_is_refused(tmp_path):
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "config.json" in out and "'architectures'" in out and "GPT2LMHeadModel" in out, out[-4000:]
+
+
+def test_template_with_an_unsupported_construct_is_refused(tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(TINY, bad)
+    (bad / "chat_template.jinja").write_text("{% for m in messages %}\n{{ m.content | wordwrap(10) }}{% endfor %}")
+    r = subprocess.run([str(INFERD), "--host", "127.0.0.1", "--port", str(free_port()), "--model", str(bad), "--no-warmup"]
+                       + SHAPES, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    assert "tokenizer.chat_template line 2: filter 'wordwrap' is not supported" in out and str(bad) in out, out[-4000:]
 
 
 def test_tensor_parallel_ranks_match_one():

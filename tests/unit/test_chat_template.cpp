@@ -1,9 +1,14 @@
-// Chat templates: exact renderings of the families' Jinja templates (checked
-// against Jinja2 rendering the default model's own template).
+// Chat templates: the default model's own template and the Hermes tools layout,
+// content marking, errors, and templates of every style rendered byte for byte
+// as Python's jinja2 renders them (tests/golden/chat_templates.json, written by
+// tools/make_chat_template_golden.py).
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "engine/chat_template.hpp"
@@ -21,7 +26,8 @@ const std::string kSmolSystem =
 
 struct Smol {
   std::unique_ptr<Tokenizer> tokenizer;
-  ChatTemplate chat{ChatTemplate::Family::Plain};
+  std::string source;  // the GGUF's tokenizer.chat_template
+  ChatTemplate chat{ChatTemplate::plain_source(), "plain"};
 };
 
 const Smol& smollm() {
@@ -32,16 +38,24 @@ const Smol& smollm() {
     Smol out;
     out.tokenizer = Tokenizer::from_gguf(*file);
     out.chat = ChatTemplate::from_gguf(*file, *out.tokenizer);
+    out.source = file->get_string("tokenizer.chat_template").value_or("");
     return out;
   }();
   return s;
 }
 
+// Llama 3's template, as its model card shows it.
+const std::string kLlama3 =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
 }  // namespace
 
-TEST_CASE("the default model's template is ChatML with SmolLM's system message") {
+TEST_CASE("the default model's template writes SmolLM's system message and no tools") {
   const ChatTemplate& chat = smollm().chat;
-  CHECK(chat.family() == ChatTemplate::Family::ChatML);
+  CHECK_FALSE(chat.reads_tools());
   CHECK(chat.default_system() == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
 }
 
@@ -105,12 +119,12 @@ TEST_CASE("message content stays plain text: control tokens typed in it are not 
   // Content without special tokens: the same ids as the whole text with specials parsed.
   for (const Messages& m : {Messages{{"user", "Hi"}}, Messages{{"system", "Be terse."}, {"user", " a\nb "}}})
     CHECK(s.chat.encode(*s.tokenizer, m, true) == s.tokenizer->encode(s.chat.apply(m, true), false, true));
-  // Every family marks its content.
-  const ChatTemplate llama(ChatTemplate::Family::Llama3, {}, "<|begin_of_text|>");
+  // Content stays marked through the template's filters: trim here.
+  const ChatTemplate llama(kLlama3, "llama3", "<|begin_of_text|>");
   const ChatPrompt lp = llama.render(Messages{{"user", "  <|eot_id|> "}}, true);
   REQUIRE(lp.content.size() == 1);
   CHECK(lp.text.substr(lp.content[0].begin, lp.content[0].end - lp.content[0].begin) == "<|eot_id|>");
-  const ChatPrompt pp = ChatTemplate(ChatTemplate::Family::Plain).render(Messages{{"user", "x"}}, false);
+  const ChatPrompt pp = ChatTemplate(ChatTemplate::plain_source(), "plain").render(Messages{{"user", "x"}}, false);
   REQUIRE(pp.content.size() == 1);
   CHECK(pp.text.substr(pp.content[0].begin, 1) == "x");
 }
@@ -124,13 +138,7 @@ TEST_CASE("an unknown role is an error naming the message") {
 }
 
 TEST_CASE("Llama 3 templates render headers, trimmed content and BOS") {
-  const std::string tmpl =
-      "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-      "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
-      "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
-      "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
-  const ChatTemplate chat = ChatTemplate::detect(tmpl, "<|begin_of_text|>");
-  CHECK(chat.family() == ChatTemplate::Family::Llama3);
+  const ChatTemplate chat(kLlama3, "llama3", "<|begin_of_text|>");
   CHECK(chat.apply(Messages{{"system", "  Be terse.\n"}, {"user", "Hi"}}, true) ==
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe terse.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
@@ -145,18 +153,53 @@ TEST_CASE("a ChatML default system message is found among template expressions")
       "{{- messages[0]['content'] }}{%- endif %}{%- else %}{%- if messages[0]['role'] == 'system' %}"
       "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}"
       "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud.<|im_end|>\\n' }}{%- endif %}{%- endif %}";
-  const ChatTemplate chat = ChatTemplate::detect(tmpl);
-  CHECK(chat.family() == ChatTemplate::Family::ChatML);
+  const ChatTemplate chat(tmpl, "qwen");
   CHECK(chat.default_system() == "You are Qwen, created by Alibaba Cloud.");
   // A plain ChatML template has none.
-  CHECK(ChatTemplate::detect("{{'<|im_start|>' + message['role'] + '\\n'}}").default_system().empty());
+  CHECK(ChatTemplate("{{'<|im_start|>' + message['role'] + '\\n'}}", "t").default_system().empty());
 }
 
-TEST_CASE("an unrecognised template falls back to plain role-prefixed text") {
-  const ChatTemplate chat = ChatTemplate::detect("{{ messages }}");
-  CHECK(chat.family() == ChatTemplate::Family::Plain);
-  CHECK(chat.apply(Messages{{"system", "S"}, {"user", "Hi"}}, true) == "system: S\nuser: Hi\nassistant:");
-  CHECK(to_string(chat.family()) == "plain");
+TEST_CASE("a model without a template gets ChatML or role-prefixed lines") {
+  const ChatTemplate plain(ChatTemplate::plain_source(), "plain");
+  CHECK(plain.apply(Messages{{"system", "S"}, {"user", "Hi"}}, true) == "system: S\nuser: Hi\nassistant:");
+  const ChatTemplate chatml(ChatTemplate::chatml_source(), "chatml");
+  CHECK(chatml.apply(Messages{{"user", "Hi"}}, true) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("a construct the engine lacks is refused, naming the template, its line and the construct") {
+  auto refused = [](const std::string& tmpl) {
+    try {
+      ChatTemplate(tmpl, "model.gguf: tokenizer.chat_template");
+    } catch (const ChatTemplateError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(refused("{{ messages }}\n{{ x | wordwrap }}") ==
+        "model.gguf: tokenizer.chat_template line 2: filter 'wordwrap' is not supported");
+  CHECK(refused("a\nb\n{% generation %}x{% endgeneration %}") ==
+        "model.gguf: tokenizer.chat_template line 3: '{% generation %}' is not supported");
+  CHECK(refused("{{ x is prime }}") == "model.gguf: tokenizer.chat_template line 1: test 'prime' is not supported");
+  CHECK(refused("{{ s.zfill(3) }}") == "model.gguf: tokenizer.chat_template line 1: method 'zfill' is not supported");
+  CHECK(refused("{{ cycler(1) }}") == "model.gguf: tokenizer.chat_template line 1: function 'cycler' is not supported");
+  CHECK(refused("{% if x %}\n") == "model.gguf: tokenizer.chat_template line 1: missing '{% endif %}'");
+  CHECK(refused("{{ 'open }}") == "model.gguf: tokenizer.chat_template line 1: string literal not closed");
+  CHECK(refused("{% for x in y %}{% endif %}") ==
+        "model.gguf: tokenizer.chat_template line 1: unexpected '{% endif %}', expected '{% endfor %}'");
+  CHECK(refused("{% break %}") == "model.gguf: tokenizer.chat_template line 1: 'break' outside a for loop");
+}
+
+TEST_CASE("what the template refuses at render time is an error naming its line") {
+  const ChatTemplate chat("{% for m in messages %}\n{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}"
+                          "{% endif %}{{ m.content }}{% endfor %}",
+                          "t");
+  CHECK(chat.apply(Messages{{"user", "a"}}, false) == "a");
+  CHECK_THROWS_WITH_AS(chat.apply(Messages{{"user", "a"}, {"tool", "b"}}, false),
+                       "chat template line 2: raise_exception: no tools here", ChatTemplateError);
+  // An attribute of an undefined value, as jinja2 refuses it; of a missing key, it is undefined.
+  const ChatTemplate undefined("{{ messages[0].nothing }}|{{ nothing.at_all }}", "t");
+  CHECK_THROWS_WITH_AS(undefined.apply(Messages{{"user", "a"}}, false), "chat template line 1: 'nothing' is undefined",
+                       ChatTemplateError);
 }
 
 namespace {
@@ -174,7 +217,7 @@ const std::string kToolsSection =
 
 TEST_CASE("tools go into the system turn, after the default or the client's system message") {
   const ChatTemplate& chat = smollm().chat;
-  CHECK_FALSE(chat.has_tool_section());  // SmolLM2's template has none: the Hermes layout is ours
+  CHECK_FALSE(chat.reads_tools());  // SmolLM2's template has no tools section: the Hermes layout is ours
   CHECK(chat.tool_call_format() == "hermes");
   const ChatOptions opts{{kTool}, {}};
   CHECK(chat.apply(Messages{{"user", "Hi"}}, true, opts) ==
@@ -183,7 +226,7 @@ TEST_CASE("tools go into the system turn, after the default or the client's syst
   CHECK(chat.apply(Messages{{"system", "Be terse."}, {"user", "Hi"}}, false, opts) ==
         "<|im_start|>system\nBe terse.\n\n" + kToolsSection + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
   // Without a default system message the section stands alone.
-  const ChatTemplate bare(ChatTemplate::Family::ChatML);
+  const ChatTemplate bare(ChatTemplate::chatml_source(), "chatml");
   CHECK(bare.apply(Messages{{"user", "Hi"}}, false, opts) ==
         "<|im_start|>system\n" + kToolsSection + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
 }
@@ -218,34 +261,42 @@ TEST_CASE("an assistant's tool calls and the tool results render as Qwen2.5's te
   CHECK(smollm().tokenizer->decode(ids, false) == p.text);
 }
 
-TEST_CASE("a template with a tools section renders tool results in Hermes layout without tools too") {
+TEST_CASE("enable_thinking reaches the template only when the request sets it") {
   const std::string qwen =
-      "{%- if tools %}<|im_start|>system\\n# Tools <tools></tools> <tool_call></tool_call>{%- endif %}"
-      "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+      "{{- '<|im_start|>system\\nYou are Qwen.<|im_end|>\\n' }}{{- '<|im_start|>assistant\\n' }}"
       "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}";
-  const ChatTemplate chat = ChatTemplate::detect(qwen);
-  CHECK(chat.family() == ChatTemplate::Family::ChatML);
-  CHECK(chat.has_tool_section());
-  CHECK(chat.has_thinking_switch());
-  Messages m{{"user", "x"}, {"tool", "r"}};
-  m[1].tool_call_id = "c";
-  const std::string sys =
-      "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
-  CHECK(chat.apply(m, false) ==
-        sys + "<|im_start|>user\nx<|im_end|>\n<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n");
-  // enable_thinking false: the empty think block after the generation prompt; unset or true: none.
+  const ChatTemplate chat(qwen, "qwen");
+  const std::string sys = "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>assistant\n";
   const Messages u{{"user", "x"}};
-  CHECK(chat.apply(u, true, ChatOptions{{}, false}) ==
-        sys + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
-  CHECK(chat.apply(u, true, ChatOptions{{}, true}) == sys + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
-  CHECK(chat.apply(u, true) == sys + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(chat.apply(u, true, ChatOptions{{}, false}) == sys + "<think>\n\n</think>\n\n");
+  CHECK(chat.apply(u, true, ChatOptions{{}, true}) == sys);
+  CHECK(chat.apply(u, true) == sys);
   // A template that does not read enable_thinking ignores it.
   CHECK(smollm().chat.apply(u, true, ChatOptions{{}, false}) ==
         kSmolSystem + "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST_CASE("a template that reads tools gets them as objects, their text marked as the request's") {
+  const ChatTemplate chat(
+      "{% for t in tools %}<|im_start|>{{ t | tojson }}{{ t.function.name | upper }}<|im_end|>{% endfor %}"
+      "{% for m in messages %}{% for c in m.tool_calls %}[{{ c.function.name }}:{{ c.function.arguments | tojson }}]"
+      "{% endfor %}{{ m.content.split('#')[1] | trim }}{% endfor %}",
+      "t");
+  CHECK(chat.reads_tools());
+  Messages m{{"assistant", "a# <|im_end|> #b"}};
+  m[0].tool_calls = {{"f", R"({"x":"<|im_end|>","n":[1,2.5]})"}};
+  const ChatPrompt p = chat.render(m, false, ChatOptions{{R"({"function":{"name":"<|im_end|>"}})"}, {}});
+  CHECK(p.text ==
+        "<|im_start|>{\"function\": {\"name\": \"<|im_end|>\"}}<|IM_END|><|im_end|>"
+        "[f:{\"x\": \"<|im_end|>\", \"n\": [1, 2.5]}]<|im_end|>");
+  const auto ids = chat.encode(*smollm().tokenizer, m, false, false, ChatOptions{{R"({"function":{"name":"<|im_end|>"}})"}, {}});
+  CHECK(std::count(ids.begin(), ids.end(), 1) == 1);  // the template's <|im_start|>
+  CHECK(std::count(ids.begin(), ids.end(), 2) == 1);  // the template's <|im_end|>, none of the request's four
+  CHECK(smollm().tokenizer->decode(ids, false) == p.text);
+}
+
 TEST_CASE("Llama 3 and plain templates get the same Hermes layout in their own turns") {
-  const ChatTemplate llama(ChatTemplate::Family::Llama3, {}, "<|begin_of_text|>");
+  const ChatTemplate llama(kLlama3, "llama3", "<|begin_of_text|>");
   Messages m{{"user", " Hi "}, {"assistant", ""}, {"tool", "r"}};
   m[1].tool_calls = {{"f", "{}"}};
   m[2].tool_call_id = "c";
@@ -255,7 +306,57 @@ TEST_CASE("Llama 3 and plain templates get the same Hermes layout in their own t
             "<|start_header_id|>assistant<|end_header_id|>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n"
             "</tool_call><|eot_id|><|start_header_id|>user<|end_header_id|>\n\n<tool_response>\nr\n</tool_response>"
             "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-  const ChatTemplate plain(ChatTemplate::Family::Plain);
+  const ChatTemplate plain(ChatTemplate::plain_source(), "plain");
   CHECK(plain.apply(Messages{{"user", "x"}}, true, ChatOptions{{kTool}, {}}) ==
         "system: " + kToolsSection + "\nuser: x\nassistant:");
+}
+
+TEST_CASE("templates render byte for byte as jinja2 renders them") {
+  namespace json = boost::json;
+  const std::string dir = test_paths::source_dir() + "/tests/golden/";
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    REQUIRE_MESSAGE(in, "cannot read " << path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const json::object golden = json::parse(read(dir + "chat_templates.json")).as_object();
+  const std::string bos(golden.at("bos_token").as_string()), eos(golden.at("eos_token").as_string());
+  const json::object& conversations = golden.at("conversations").as_object();
+  int checked = 0;
+  for (const json::value& cv : golden.at("cases").as_array()) {
+    const json::object& c = cv.as_object();
+    const std::string name(c.at("template").as_string()), conversation(c.at("conversation").as_string());
+    const std::string source =
+        name == "default-model" ? smollm().source : read(dir + "chat_templates/" + name);
+    const ChatTemplate chat(source, name, bos, eos);
+    const json::object& conv = conversations.at(conversation).as_object();
+    Messages messages;
+    for (const json::value& mv : conv.at("messages").as_array()) {
+      const json::object& m = mv.as_object();
+      ChatMessage msg{std::string(m.at("role").as_string()), std::string(m.at("content").as_string())};
+      if (const json::value* calls = m.if_contains("tool_calls"))
+        for (const json::value& call : calls->as_array())
+          msg.tool_calls.push_back({std::string(call.at("name").as_string()), std::string(call.at("arguments").as_string())});
+      if (const json::value* id = m.if_contains("tool_call_id")) msg.tool_call_id = id->as_string();
+      messages.push_back(std::move(msg));
+    }
+    ChatOptions options;
+    for (const json::value& t : conv.at("tools").as_array()) options.tools.emplace_back(t.as_string());
+    if (const json::value* think = c.if_contains("enable_thinking")) options.enable_thinking = think->as_bool();
+    options.now = golden.at("now").to_number<std::time_t>();
+    const bool gen = c.at("add_generation_prompt").as_bool();
+    CAPTURE(name);
+    CAPTURE(conversation);
+    CAPTURE(gen);
+    if (const json::value* error = c.if_contains("error")) {
+      CHECK_THROWS_WITH_AS(chat.apply(messages, gen, options),
+                           doctest::Contains(std::string(error->as_string()).c_str()), ChatTemplateError);
+    } else {
+      CHECK(chat.apply(messages, gen, options) == std::string(c.at("expected").as_string()));
+    }
+    ++checked;
+  }
+  CHECK(checked > 100);
 }

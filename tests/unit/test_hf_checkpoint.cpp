@@ -116,7 +116,8 @@ TEST_CASE("HF checkpoint: tokenizer.json and tokenizer_config.json give transfor
     CHECK(tok->encode(prompt, true, true) == ints(c.at("ids")));
   }
   const auto chat = engine::ChatTemplate::from_gguf(*file, *tok);
-  CHECK(chat.family() == engine::ChatTemplate::Family::ChatML);
+  CHECK(chat.apply(std::vector<engine::ChatMessage>{{"user", "Hi"}}, true).ends_with(
+      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
 }
 
 TEST_CASE("HF checkpoint: exact precision matches transformers float32") {
@@ -365,7 +366,7 @@ TEST_CASE("HF checkpoint: tokenizer.json's pre-tokenizer and post-processor pick
     CHECK(tok->add_bos());
     CHECK(tok->stop_ids() == std::vector<int32_t>{6, 7});
     CHECK(tok->encode("ab", true, true) == std::vector<int32_t>{5, 4});
-    CHECK(engine::ChatTemplate::from_gguf(*file, *tok).family() == engine::ChatTemplate::Family::Llama3);
+    CHECK(engine::ChatTemplate::from_gguf(*file, *tok).apply({}, false) == "<|start_header_id|>");
   }
   SUBCASE("a regex inferd has no family for") {
     json::value other = split;

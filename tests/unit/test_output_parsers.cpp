@@ -254,13 +254,13 @@ TEST_CASE("llama3_json: anything else is the answer, whole") {
 
 TEST_CASE("tool-call parsers: the chat template names its model's format") {
   using inferd::engine::ChatTemplate;
-  CHECK(ChatTemplate::detect("<|im_start|>{{ m }}").tool_call_format() == "hermes");
-  CHECK(ChatTemplate::detect("<|im_start|>{% if tools %}<tool_call>{% endif %}").tool_call_format() == "hermes");
-  CHECK(ChatTemplate::detect("{{ '[AVAILABLE_TOOLS]' }}{{ '[TOOL_CALLS]' }}").tool_call_format() == "mistral");
-  CHECK(ChatTemplate::detect("<|start_header_id|>{{ '<|python_tag|>' }}").tool_call_format() == "llama3_json");
-  CHECK(ChatTemplate::detect("<|start_header_id|>Given the following functions, please respond with a JSON for a "
-                             "function call with its proper arguments").tool_call_format() == "llama3_json");
-  CHECK(ChatTemplate::detect("<|start_header_id|>{{ m }}").tool_call_format() == "hermes");
+  CHECK(ChatTemplate("<|im_start|>{{ m }}", "t").tool_call_format() == "hermes");
+  CHECK(ChatTemplate("<|im_start|>{% if tools %}<tool_call>{% endif %}", "t").tool_call_format() == "hermes");
+  CHECK(ChatTemplate("{{ '[AVAILABLE_TOOLS]' }}{{ '[TOOL_CALLS]' }}", "t").tool_call_format() == "mistral");
+  CHECK(ChatTemplate("<|start_header_id|>{{ '<|python_tag|>' }}", "t").tool_call_format() == "llama3_json");
+  CHECK(ChatTemplate("<|start_header_id|>Given the following functions, please respond with a JSON for a "
+                             "function call with its proper arguments", "t").tool_call_format() == "llama3_json");
+  CHECK(ChatTemplate("<|start_header_id|>{{ m }}", "t").tool_call_format() == "hermes");
 }
 
 TEST_CASE("deepseek_r1: reasoning up to </think>, with or without the opening tag") {
@@ -382,15 +382,16 @@ TEST_CASE("DSML parser names and detection from the chat template") {
   CHECK(reasoning_format("deepseek_v4") == ReasoningFormat::DeepSeekV4);
   using inferd::engine::ChatTemplate;
   // DeepSeek-V4's template spells the block's tag in parts.
-  const ChatTemplate v4 = ChatTemplate::detect(
+  const ChatTemplate v4(
       "{%- set dsml_token = '｜DSML｜' -%}{%- set thinking_start_token = '<think>' -%}"
-      "{{- '\\n\\n<' + dsml_token + 'tool_calls>\\n' -}}");
+      "{{- '\\n\\n<' + dsml_token + 'tool_calls>\\n' -}}",
+      "test");
   CHECK(v4.tool_call_format() == "deepseek_v4");
   CHECK(v4.reasoning_format() == "deepseek_v4");
-  const ChatTemplate v32 = ChatTemplate::detect("{{ '<｜DSML｜function_calls>' }}");
+  const ChatTemplate v32("{{ '<｜DSML｜function_calls>' }}", "test");
   CHECK(v32.tool_call_format() == "deepseek_v32");
   CHECK(v32.reasoning_format().empty());
-  CHECK(ChatTemplate::detect("<|im_start|>{{ m }}<think>").reasoning_format().empty());
+  CHECK(ChatTemplate("<|im_start|>{{ m }}<think>", "test").reasoning_format().empty());
 }
 
 TEST_CASE("deepseek_v4 reasoning, thinking on: up to </think> or a tool-call block") {
