@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
 
   // Attention of the default model (9 heads, 3 kv heads, head_dim 64, f16 cache)
   // through the backend, per SIMD instruction set: one decode token at contexts
-  // 640 and 4096, and a 128-token prefill chunk.
+  // 640 and 4096, and a 128-token prefill chunk; then the same with a sliding window.
   for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2}) {
     if (!cpu_isa_available(isa)) continue;
     for (int threads : thread_counts) {
@@ -308,6 +308,17 @@ int main(int argc, char** argv) {
       const double t_pre =
           time_per_call([&] { be->attention(kv, chunk.data(), 128, 1024 + 128, q.data(), n_heads, 0.125f, out.data()); });
       std::printf(" 128-token prefill at context ~1100 %.2f ms\n", t_pre * 1e3);
+      // A sliding window (Gemma's local layers) at the end of the context: decode
+      // and a 128-token prefill chunk whose tokens read only the last 512 positions.
+      const AttentionExtras window{0, 512};
+      const AttnToken last{table.data(), ctx - 1};
+      const double t_win = time_per_call(
+          [&] { be->attention_extra(kv, &last, 1, ctx, q.data(), n_heads, 0.125f, window, out.data()); });
+      for (int t = 0; t < 128; ++t) chunk[t] = AttnToken{table.data(), ctx - 128 + t};
+      const double t_win_pre = time_per_call(
+          [&] { be->attention_extra(kv, chunk.data(), 128, ctx, q.data(), n_heads, 0.125f, window, out.data()); });
+      std::printf("  window %d at context %d: decode %.1f us, 128-token prefill %.2f ms\n", window.window, ctx,
+                  t_win * 1e6, t_win_pre * 1e3);
     }
   }
 

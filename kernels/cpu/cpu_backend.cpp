@@ -325,9 +325,8 @@ class CpuBackend final : public Backend {
 
   void attention_extra(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, int64_t reach, const float* q,
                        int n_heads, float scale, const AttentionExtras& extras, float* out) override {
-    const int32_t max_pos = static_cast<int32_t>(reach) - 1;
     LaunchScope scope(launch_keys::attention(kv, n_heads, n_tokens));
-    LaunchScope context(launch_keys::attention_context(kv, max_pos + 1));
+    LaunchScope context(launch_keys::attention_context(kv, reach));
     if (n_tokens <= 0) return;
     if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 || kv.head_dim > kMaxHeadDim)
       throw std::invalid_argument("attention: heads not a multiple of kv heads, or head_dim too large");
@@ -335,27 +334,32 @@ class CpuBackend final : public Backend {
       throw std::invalid_argument("attention: negative soft cap or sliding window");
     const int hd = kv.head_dim, n_kv = kv.n_kv_heads, group = n_heads / n_kv;
 
+    // The first position a token at `pos` reads: the window's start, else 0.
+    auto first_read = [&](int32_t pos) { return extras.window > 0 ? std::max(0, pos + 1 - extras.window) : 0; };
     // A task is a tile of consecutive tokens of one sequence (same block table)
-    // times one kv head: its queries (tokens x the group's heads) share every K/V row.
+    // times one kv head: its queries (tokens x the group's heads) share every K/V
+    // row, and read only the positions some token of the tile has in its window.
     const int tile_tokens = std::clamp(kMaxQueries / group, 1, kMaxTileTokens);
     tiles_.clear();
     for (int64_t t = 0; t < n_tokens; ++t) {
       if (tiles_.empty() || tiles_.back().n == tile_tokens ||
           toks[t].block_table != toks[tiles_.back().first].block_table)
-        tiles_.push_back({t, 0, 0});
+        tiles_.push_back({t, 0, first_read(toks[t].pos), 0});
       tiles_.back().n++;
+      tiles_.back().begin = std::min(tiles_.back().begin, first_read(toks[t].pos));
       tiles_.back().end = std::max(tiles_.back().end, toks[t].pos + 1);
     }
+    int64_t ld = 0;  // a score row holds its tile's positions [begin, end)
+    for (const Tile& tile : tiles_) ld = std::max<int64_t>(ld, tile.end - tile.begin);
     // Few tiles over a long context (decode): split the positions too, so every
     // thread has work. Each slice keeps at least kMinSplitPositions positions.
     const int64_t pairs = static_cast<int64_t>(tiles_.size()) * n_kv;
     int splits = 1;
     if (pool_.size() > 1 && pairs < 4 * pool_.size()) {
       const int64_t want = (4 * pool_.size() + pairs - 1) / pairs;
-      splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, (max_pos + 1) / kMinSplitPositions)));
+      splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, ld / kMinSplitPositions)));
     }
     const int max_q = tile_tokens * group;
-    const int64_t ld = max_pos + 1;  // a score row holds every position
     const bool round_probs = kv.type == DType::F16;
     // Query i of a tile is token first + i / group, head kv_head * group + i % group.
     auto out_row = [&](const Tile& tile, int kvh, int i) {
@@ -369,19 +373,20 @@ class CpuBackend final : public Backend {
       }
     };
     // Softmax of each query's causal part of its score row, within the window
-    // when there is one, its scores soft-capped first when asked (the rest is zeroed).
+    // when there is one, its scores soft-capped first when asked (the rest of the
+    // tile's positions is zeroed). row[j] is position tile.begin + j.
     const float cap = extras.softcap;
     auto softmax = [&](const Tile& tile, float* s) {
       for (int i = 0; i < tile.n * group; ++i) {
         float* row = s + i * ld;
-        const int64_t n = toks[tile.first + i / group].pos + 1;
-        const int64_t lo = extras.window > 0 ? std::max<int64_t>(0, n - extras.window) : 0;
+        const int32_t pos = toks[tile.first + i / group].pos;
+        const int64_t lo = first_read(pos) - tile.begin, n = pos + 1 - tile.begin;
         if (cap > 0)
           for (int64_t j = lo; j < n; ++j) row[j] = cap * std::tanh(row[j] / cap);
         const double sum = k_.softmax_exp(row + lo, n - lo);
         k_.scale_probs(row + lo, n - lo, static_cast<float>(1.0 / sum), round_probs);
         std::fill(row, row + lo, 0.0f);
-        std::fill(row + n, row + tile.end, 0.0f);
+        std::fill(row + n, row + (tile.end - tile.begin), 0.0f);
       }
     };
     if (qbuf_.size() < static_cast<size_t>(pool_.size() * max_q * hd)) qbuf_.resize(pool_.size() * max_q * hd);
@@ -396,24 +401,29 @@ class CpuBackend final : public Backend {
         float* qg = qbuf_.data() + int64_t(thread) * max_q * hd;
         float* s = scores_.data() + int64_t(thread) * max_q * ld;
         gather_q(tile, kvh, qg);
-        k_.attn_scores(kv, toks[tile.first].block_table, 0, tile.end, qg, nq, kvh, scale, s, ld);
+        k_.attn_scores(kv, toks[tile.first].block_table, tile.begin, tile.end, qg, nq, kvh, scale, s, ld);
         softmax(tile, s);
         float* acc = part_.data() + int64_t(thread) * max_q * hd;
         std::fill(acc, acc + int64_t(nq) * hd, 0.0f);
-        k_.attn_values(kv, toks[tile.first].block_table, 0, tile.end, s, ld, nq, kvh, acc);
+        k_.attn_values(kv, toks[tile.first].block_table, tile.begin, tile.end, s, ld, nq, kvh, acc);
         for (int i = 0; i < nq; ++i) std::copy(acc + int64_t(i) * hd, acc + int64_t(i + 1) * hd, out_row(tile, kvh, i));
       });
       return;
     }
 
-    // Split: scores of every slice, the softmax of whole rows, then each slice's
-    // share of the weighted V sum, added up per query.
+    // Split: scores of every slice of the tile's positions, the softmax of whole
+    // rows, then each slice's share of the weighted V sum, added up per query.
     if (scores_.size() < static_cast<size_t>(pairs * max_q * ld)) scores_.resize(pairs * max_q * ld);
     const int64_t acc_floats = int64_t(max_q) * hd;
     if (part_.size() < static_cast<size_t>(pairs * splits * acc_floats)) part_.resize(pairs * splits * acc_floats);
     auto slice = [&](const Tile& tile, int split, int32_t* p0, int32_t* p1) {
-      *p0 = static_cast<int32_t>(int64_t(tile.end) * split / splits);
-      *p1 = static_cast<int32_t>(int64_t(tile.end) * (split + 1) / splits);
+      const int64_t span = tile.end - tile.begin;
+      *p0 = static_cast<int32_t>(tile.begin + span * split / splits);
+      *p1 = static_cast<int32_t>(tile.begin + span * (split + 1) / splits);
+    };
+    // Where a slice's scores start in its pair's score rows.
+    auto slice_scores = [&](int64_t pair, const Tile& tile, int32_t p0) {
+      return scores_.data() + pair * max_q * ld + (p0 - tile.begin);
     };
     pool_.parallel_for(pairs * splits, [&](int64_t task, int thread) {
       const int64_t pair = task / splits;
@@ -424,7 +434,7 @@ class CpuBackend final : public Backend {
       float* qg = qbuf_.data() + int64_t(thread) * max_q * hd;
       gather_q(tile, kvh, qg);
       k_.attn_scores(kv, toks[tile.first].block_table, p0, p1, qg, tile.n * group, kvh, scale,
-                     scores_.data() + pair * max_q * ld + p0, ld);
+                     slice_scores(pair, tile, p0), ld);
     });
     pool_.parallel_for(pairs, [&](int64_t pair, int) {
       softmax(tiles_[pair / n_kv], scores_.data() + pair * max_q * ld);
@@ -437,8 +447,8 @@ class CpuBackend final : public Backend {
       slice(tile, static_cast<int>(task % splits), &p0, &p1);
       float* acc = part_.data() + task * acc_floats;
       std::fill(acc, acc + acc_floats, 0.0f);
-      k_.attn_values(kv, toks[tile.first].block_table, p0, p1, scores_.data() + pair * max_q * ld + p0, ld,
-                     tile.n * group, kvh, acc);
+      k_.attn_values(kv, toks[tile.first].block_table, p0, p1, slice_scores(pair, tile, p0), ld, tile.n * group, kvh,
+                     acc);
     });
     for (int64_t pair = 0; pair < pairs; ++pair) {
       const Tile& tile = tiles_[pair / n_kv];
@@ -493,6 +503,7 @@ class CpuBackend final : public Backend {
   struct Tile {
     int64_t first;  // first token
     int n;          // tokens
+    int32_t begin;  // the first position any of them reads (0 without a window)
     int32_t end;    // one past the last position any of them reads
   };
 

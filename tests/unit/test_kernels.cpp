@@ -646,7 +646,23 @@ struct TestCache {
     }
     return out;
   }
+
+  // The largest difference between `out` (attention of tokens `use`) and reference().
+  double worst_error(const std::vector<AttnToken>& use, const float* q, int n_heads, float scale,
+                     const AttentionExtras& x, const std::vector<float>& out) const {
+    double worst = 0;
+    for (size_t t = 0; t < use.size(); ++t)
+      for (int h = 0; h < n_heads; ++h) {
+        const auto ref = reference(q + (t * n_heads + h) * hd, n_heads, h, use[t].block_table, use[t].pos, scale, x);
+        for (int i = 0; i < hd; ++i) worst = std::max(worst, std::fabs(out[(t * n_heads + h) * hd + i] - ref[i]));
+      }
+    return worst;
+  }
 };
+
+// An f16 probability may round the other way than in the reference (scores in
+// double there): one f16 step of a probability, 2^-11, times |v| <= 1.
+double attention_tolerance(DType type) { return type == DType::F16 ? 2e-5 + 0x1p-11 : 2e-5; }
 
 }  // namespace
 
@@ -701,21 +717,62 @@ TEST_CASE("attention over shuffled blocks matches dense softmax attention, plain
                   be->attention(c.view(), use.data(), int64_t(n), reach, q.data(), n_heads, scale, out.data());
                 else
                   be->attention_extra(c.view(), use.data(), int64_t(n), reach, q.data(), n_heads, scale, x, out.data());
-                double worst = 0;
-                for (size_t t = 0; t < n; ++t)
-                  for (int h = 0; h < n_heads; ++h) {
-                    const auto ref = c.reference(q.data() + (t * n_heads + h) * hd, n_heads, h, use[t].block_table,
-                                                 use[t].pos, scale, x);
-                    for (int i = 0; i < hd; ++i)
-                      worst = std::max(worst, std::fabs(out[(t * n_heads + h) * hd + i] - ref[i]));
-                  }
-                // An f16 probability may round the other way than in the reference
-                // (scores in double there): one f16 step of a probability, 2^-11, times |v| <= 1.
-                const double tol = type == DType::F16 ? 2e-5 + 0x1p-11 : 2e-5;
-                CHECK_MESSAGE(worst < tol, be->name(), " heads ", n_heads, "/", n_kv, " threads ", threads, " ",
+                const double worst = c.worst_error(use, q.data(), n_heads, scale, x, out);
+                CHECK_MESSAGE(worst < attention_tolerance(type), be->name(), " heads ", n_heads, "/", n_kv, " threads ", threads, " ",
                               traits(type).name, " bs ", bs, " decode ", decode, " window ", x.window, " worst ", worst);
               }
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("windowed attention at a long context reads only the window") {
+  // 3000 positions, a window of 64 (one slice) and of 600 (decode split over
+  // positions with two threads): a decode token at the end, a prefill chunk of
+  // two tiles near it, and one at the start where the window holds everything.
+  const int hd = 64, n_pos = 3000;
+  const float scale = 0.125f;
+  for (const auto& heads : {std::pair{8, 2}, std::pair{4, 1}}) {
+    const int n_heads = heads.first, n_kv = heads.second;
+    for (int threads : {1, 2}) {
+      for (auto& be : backends(threads)) {
+        for (DType type : {DType::F16, DType::F32}) {
+          for (int window : {64, 600}) {
+            const AttentionExtras x{0, window};
+            TestCache c(*be, type, 16, n_kv, hd, n_pos, 51);
+            std::vector<std::vector<AttnToken>> sets(3);
+            sets[0] = {{c.table.data(), n_pos - 1}};
+            for (int p = 2900; p < 2908; ++p) sets[1].push_back({c.table.data(), p});
+            for (int p = 0; p < 6; ++p) sets[2].push_back({c.table.data(), p});
+            auto run = [&](const std::vector<AttnToken>& use, const std::vector<float>& q) {
+              std::vector<float> out(use.size() * n_heads * hd, NAN);
+              be->attention_extra(c.view(), use.data(), int64_t(use.size()),
+                                  launch_keys::attention_reach(use.data(), int64_t(use.size())), q.data(), n_heads,
+                                  scale, x, out.data());
+              return out;
+            };
+            std::vector<std::vector<float>> qs, outs;
+            for (const auto& use : sets) {
+              qs.push_back(random_floats(use.size() * n_heads * hd, 61, -2.0f, 2.0f));
+              outs.push_back(run(use, qs.back()));
+              const double worst = c.worst_error(use, qs.back().data(), n_heads, scale, x, outs.back());
+              CHECK_MESSAGE(worst < attention_tolerance(type), be->name(), " heads ", n_heads, "/", n_kv, " threads ",
+                            threads, " ", traits(type).name, " window ", window, " first pos ", use[0].pos,
+                            " worst ", worst);
+            }
+            // NaN keys and values before every window of the first two sets: any
+            // read of them would reach the output.
+            const int poisoned = 2900 + 1 - window;
+            const std::vector<float> nans(size_t(poisoned) * n_kv * hd, NAN);
+            std::vector<AttnToken> before(poisoned);
+            for (int p = 0; p < poisoned; ++p) before[p] = {c.table.data(), p};
+            be->kv_store(c.view(), before.data(), poisoned, nans.data(), nans.data());
+            for (int s = 0; s < 2; ++s)
+              CHECK_MESSAGE(run(sets[s], qs[s]) == outs[s], be->name(), " heads ", n_heads, "/", n_kv, " threads ",
+                            threads, " ", traits(type).name, " window ", window, " first pos ", sets[s][0].pos);
           }
         }
       }
