@@ -26,11 +26,11 @@ struct Generated {
 // the caller's frame (its mutex, its results), which failing leaves.
 template <class Finished>
 void wait_finished(inferd::engine::Engine& eng, std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
-                   Finished finished) {
-  if (cv.wait_for(lk, std::chrono::minutes(30), finished)) return;
+                   Finished finished, std::chrono::milliseconds bound = std::chrono::minutes(30)) {
+  if (cv.wait_for(lk, bound, finished)) return;
   lk.unlock();  // stopping ends the requests, through their sinks
   eng.stop();
-  FAIL("the engine did not finish its requests within 30 minutes");
+  FAIL("the engine did not finish its requests within " << bound.count() << " ms");
 }
 
 inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
