@@ -20,6 +20,19 @@ struct Generated {
   std::vector<float> margin;   // best minus second-best logprob
 };
 
+// Waits under `lk` until `finished()` holds. The bound is for a hung engine, not
+// a speed check: a sanitizer build on a loaded machine takes minutes. At the
+// bound the engine is stopped before the test fails: the requests' sinks use
+// the caller's frame (its mutex, its results), which failing leaves.
+template <class Finished>
+void wait_finished(inferd::engine::Engine& eng, std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
+                   Finished finished, std::chrono::milliseconds bound = std::chrono::minutes(30)) {
+  if (cv.wait_for(lk, bound, finished)) return;
+  lk.unlock();  // stopping ends the requests, through their sinks
+  eng.stop();
+  FAIL("the engine did not finish its requests within " << bound.count() << " ms");
+}
+
 inline std::vector<Generated> generate(inferd::engine::Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
                                        int max_tokens, const inferd::engine::SamplingParams& sampling) {
   namespace engine = inferd::engine;
@@ -52,7 +65,7 @@ inline std::vector<Generated> generate(inferd::engine::Engine& eng, const std::v
   }
   eng.submit_together(std::move(reqs));
   std::unique_lock lk(mu);
-  REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == prompts.size(); }));
+  wait_finished(eng, lk, cv, [&] { return done == prompts.size(); });
   return out;
 }
 

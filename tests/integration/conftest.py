@@ -32,6 +32,17 @@ def default_model():
     return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def wait_until(predicate, timeout):
+    """Polls `predicate` until it holds or `timeout` seconds pass; its last answer.
+    Tests wait for what they need to have happened, never a fixed time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
 def metric(d, name, labels=None):
     """The value of one sample of d's /metrics with exactly these labels, or None."""
     want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import fd_count, free_port, metric, raise_fd_limit, raw_get
+from conftest import fd_count, free_port, metric, raise_fd_limit, raw_get, wait_until
 
 
 # Enough connections that their memory (a few KiB each) stands well above RSS noise.
@@ -20,15 +20,6 @@ def rss_kib(pid):
     # generation probe, which would look like memory the connections kept.
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"RssAnon:\s+(\d+)", f.read()).group(1))
-
-
-def wait_until(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return predicate()
 
 
 def open_idle(port, n):

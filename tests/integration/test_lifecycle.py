@@ -9,7 +9,7 @@ import time
 import pytest
 
 import conftest
-from conftest import INFERD, default_model, faults_built_in, free_port, needs_faults
+from conftest import INFERD, default_model, faults_built_in, free_port, metric, needs_faults, wait_until
 
 
 def run_inferd(args, env=None, timeout=30):
@@ -161,7 +161,12 @@ def test_drain_waits_for_a_request_in_flight(start_daemon):
 
         t = threading.Thread(target=generate)
         t.start()
-        time.sleep(0.3)
+        # SIGTERM once the engine holds the request (a fixed sleep could end
+        # before a loaded machine sent it).
+        held = {"model_name": model}
+        assert wait_until(lambda: "r" in result or metric(d, "vllm:num_requests_running", held)
+                          + metric(d, "vllm:num_requests_waiting", held) > 0, 60)
+        assert "r" not in result, "the generation ended before SIGTERM"
         d.signal(signal.SIGTERM)
         t.join(timeout=120)
         assert d.wait(timeout=60) == 0

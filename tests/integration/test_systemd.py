@@ -43,13 +43,29 @@ class NotifySocket:
                 continue
             except OSError:
                 return
-            now = time.monotonic()
-            with self.lock:
-                self.messages.extend((now, line) for line in data.decode().splitlines() if line)
+            self._take(data)
+
+    def _take(self, data):
+        now = time.monotonic()
+        with self.lock:
+            self.messages.extend((now, line) for line in data.decode().splitlines() if line)
 
     def lines(self):
         with self.lock:
             return [m for _, m in self.messages]
+
+    def final_lines(self):
+        """Every line, once the sender has exited: what it sent is queued on the
+        socket, so the reader stops and the rest is taken here (the reader thread
+        may not have run yet on a loaded machine)."""
+        self.done = True
+        self.thread.join()
+        self.sock.setblocking(False)
+        while True:
+            try:
+                self._take(self.sock.recv(4096))
+            except OSError:  # BlockingIOError: nothing more queued
+                return self.lines()
 
     def since(self, t):
         with self.lock:
@@ -137,7 +153,7 @@ def test_notify_sequence_and_watchdog_follow_the_heartbeat(notify_socket, tmp_pa
     finally:
         stop(proc)
 
-    seq = collapse(notify_socket.lines())
+    seq = collapse(notify_socket.final_lines())
     # Activities inside Loading and Warming (STATUS=Warming: <activity>) and repeated
     # extensions may come between the fixed points; everything else is exact.
     fixed = [m for m in seq if not re.fullmatch(r"STATUS=(Loading|Warming): .*", m)]
@@ -205,7 +221,7 @@ def test_watchdog_pid_of_another_process_means_no_pings(notify_socket, tmp_path)
         assert proc.wait(timeout=30) == 0
     finally:
         stop(proc)
-    lines = notify_socket.lines()
+    lines = notify_socket.final_lines()
     assert "WATCHDOG=1" not in lines
     assert lines[-2:] == ["STOPPING=1", "STATUS=Stopped"]
 
@@ -215,8 +231,7 @@ def test_failed_start_reports_status(notify_socket, tmp_path):
     missing = tmp_path / "missing.gguf"
     proc, _ = start(["--model", str(missing)], {"NOTIFY_SOCKET": notify_socket.path}, log)
     assert proc.wait(timeout=30) == 1
-    time.sleep(0.1)
-    lines = notify_socket.lines()
+    lines = notify_socket.final_lines()
     assert "READY=1" not in lines
     assert lines[-1] == f"STATUS=Failed: {missing}: offset 0: cannot open: No such file or directory"
 
@@ -236,7 +251,7 @@ def test_a_headless_worker_says_it_is_joining_its_head_and_is_not_ready_without_
         assert status in notify_socket.lines()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    assert "READY=1" not in notify_socket.lines()
+    assert "READY=1" not in notify_socket.final_lines()
 
 
 def test_logs_go_to_the_journal_when_stderr_is_the_journal_stream(tmp_path):

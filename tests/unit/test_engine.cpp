@@ -22,6 +22,7 @@
 #include "engine/executor.hpp"
 #include "engine/kv/gpu_kv_budget.hpp"
 #include "engine/kv/kv_cache.hpp"
+#include "faults/fault_points.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/host_memory.hpp"
 #include "tests/engine_generate.hpp"
@@ -285,6 +286,30 @@ TEST_CASE("engine: max_model_len past the trained context, or a KV cache too sma
   CHECK_THROWS_WITH_AS(engine::Engine{o}, doctest::Contains("raise kv_cache_bytes to at least 181 MiB"),
                        std::invalid_argument);
 }
+
+#if INFERD_FAULTS
+// A generation that outlives its bound fails the test, and only that: the engine
+// is stopped before the frame its request's sink writes to goes away (the
+// engine's thread used to block on the freed mutex, hanging the program).
+TEST_CASE("engine tests: a generation past its bound stops the engine, then fails" * doctest::should_fail()) {
+  engine::Engine eng(small_options());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  engine::GenerationRequest r;
+  r.prompt = {1, 30, 800};
+  r.max_tokens = 4;
+  r.sink = [&](engine::Delta&& d) {
+    std::lock_guard lk(mu);
+    done |= d.finish != engine::FinishReason::None;
+    cv.notify_all();
+  };
+  faults::arm_fault("step.stall");  // the step hangs until the engine stops
+  eng.submit(std::move(r));
+  std::unique_lock lk(mu);
+  test_engine::wait_finished(eng, lk, cv, [&] { return done; }, std::chrono::milliseconds(200));
+}
+#endif
 
 TEST_CASE("engine: a reset's re-forming of the group has its own bounds; its failure is the reset's answer") {
   using namespace std::chrono_literals;

@@ -16,6 +16,7 @@
 #include "engine/grammar/json_schema.hpp"
 #include "engine/grammar/matcher.hpp"
 #include "engine/tokenizer.hpp"
+#include "tests/engine_generate.hpp"
 #include "test_paths.hpp"
 
 using namespace inferd;
@@ -77,7 +78,7 @@ TEST_CASE("engine: outputs under a grammar stay in it, batched, greedy and sampl
   eng.submit_together(std::move(reqs));
   {
     std::unique_lock lk(mu);
-    REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == out.size(); }));
+    test_engine::wait_finished(eng, lk, cv, [&] { return done == out.size(); });
   }
   int whole = 0;
   for (size_t i = 0; i < out.size(); ++i) {

@@ -46,6 +46,8 @@ struct Script {
 };
 
 GpuMonitorOptions fake(std::vector<int> gpus = {0}) {
+  // A missing fake fails the test here, not as a crash reading a GPU never seen.
+  REQUIRE_MESSAGE(std::filesystem::exists(INFERD_FAKE_NVML), "build tests/libfake_nvml.so: " INFERD_FAKE_NVML);
   GpuMonitorOptions o;
   o.gpus = std::move(gpus);
   o.library = INFERD_FAKE_NVML;

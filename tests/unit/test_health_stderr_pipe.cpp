@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -70,6 +71,22 @@ struct Lines {
 
 void write_fd2(const std::string& s) {
   REQUIRE(write(STDERR_FILENO, s.data(), s.size()) == static_cast<ssize_t>(s.size()));
+}
+
+// The ids of this process's threads.
+std::set<pid_t> threads() {
+  std::set<pid_t> ids;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ids.insert(std::stoi(e.path().filename()));
+  return ids;
+}
+
+// A thread's state as the scheduler reports it: 'R' running or waiting for a CPU,
+// 'S' asleep (in poll, on a futex), ...; 0 once it has exited.
+char thread_state(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t name_end = stat.rfind(')');  // the name may hold spaces and parentheses
+  return name_end == std::string::npos || name_end + 2 >= stat.size() ? 0 : stat[name_end + 2];
 }
 
 // fork + exec of /bin/sh -c `script`, inheriting fd 2.
@@ -175,18 +192,28 @@ TEST_SUITE("health") {
   TEST_CASE("health stderr pipe: fd 2 replaced behind its back: no busy loop, uninstall still works") {
     CapturedStderr original;
     Lines seen;
+    const std::set<pid_t> others = threads();
     auto pipe = StderrPipe::install(seen.callback());
+    std::set<pid_t> own;  // the pipe's reader and callback threads
+    std::ranges::set_difference(threads(), others, std::inserter(own, own.end()));
+    REQUIRE_FALSE(own.empty());
     write_fd2("before\n");
-    // Someone else points fd 2 elsewhere: the pipe's last writer is gone (EOF).
+    // Someone else points fd 2 elsewhere: the pipe's last writer is gone (EOF),
+    // and the pipe reads as ready for ever.
     dup2(pipe->original_fd(), STDERR_FILENO);
-    rusage before{}, after{};
-    getrusage(RUSAGE_SELF, &before);
-    std::this_thread::sleep_for(200ms);
-    getrusage(RUSAGE_SELF, &after);
-    auto cpu_us = [](const rusage& r) {
-      return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000000L + r.ru_utime.tv_usec + r.ru_stime.tv_usec;
-    };
-    CHECK(cpu_us(after) - cpu_us(before) < 100000);
+    // Not busy: its threads go to sleep and stay asleep. Their states, not the
+    // CPU they used: a thread spinning on a loaded machine gets little CPU, but
+    // it is never asleep (bounded, so a spinning reader fails the test).
+    auto asleep = [&] { return std::ranges::all_of(own, [](pid_t t) { return thread_state(t) == 'S'; }); };
+    bool slept = false;
+    for (int i = 0; i < 1000 && !slept; ++i) {
+      slept = asleep();
+      if (!slept) std::this_thread::sleep_for(10ms);
+    }
+    CHECK(slept);
+    int awake = 0;
+    for (int i = 0; i < 20; ++i, std::this_thread::sleep_for(10ms)) awake += !asleep();
+    CHECK(awake == 0);
     pipe->uninstall();
     CHECK(seen.lines == std::vector<std::string>{"before"});
   }
@@ -198,7 +225,7 @@ TEST_SUITE("health") {
     const pid_t pid = spawn_shell("echo started >&2; exec sleep 30");
     REQUIRE(pid > 0);
     // Wait for the child's line so it surely holds the pipe.
-    for (int i = 0; i < 500 && original.text().empty(); ++i) std::this_thread::sleep_for(10ms);
+    for (int i = 0; i < 3000 && original.text().empty(); ++i) std::this_thread::sleep_for(10ms);
     const auto t0 = std::chrono::steady_clock::now();
     pipe->uninstall();
     CHECK(std::chrono::steady_clock::now() - t0 < 5s);

@@ -387,7 +387,7 @@ TEST_CASE("speculative decoding: sampled requests speculate too, and end with th
     eng.submit(std::move(r));
   }
   std::unique_lock lk(mu);
-  REQUIRE(cv.wait_for(lk, std::chrono::minutes(5), [&] { return done == 3; }));
+  test_engine::wait_finished(eng, lk, cv, [&] { return done == 3; });
   CHECK(tokens == 180);
   const auto st = eng.stats();
   CHECK(st.spec_drafts > 0);
