@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -104,8 +105,9 @@ Value attribute(const Value& v, const std::string& name) {
   Value out = v.get(name);
   if (out.is_undefined() && v.is_list() && !name.empty() &&
       name.find_first_not_of("0123456789") == std::string::npos) {
-    const size_t i = std::stoul(name);
-    if (i < v.list().size()) return v.list()[i];
+    size_t i = 0;
+    const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), i);
+    if (ec == std::errc() && i < v.list().size()) return v.list()[i];  // too large: undefined
   }
   return out;
 }

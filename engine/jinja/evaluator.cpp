@@ -67,8 +67,12 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     }
   }
   if (op == "*" && a.is_string() && b.is_int()) {
+    // A prompt is never megabytes of one repeated string: refuse, not exhaust memory.
+    const int64_t n = std::get<int64_t>(b.v);
+    if (n > 0 && a.text().str.size() > 0 && static_cast<uint64_t>(n) > (size_t(1) << 20) / a.text().str.size())
+      fail("string repetition past 1 MiB");
     Text t;
-    for (int64_t i = 0; i < std::get<int64_t>(b.v) && i < 100000; ++i) t.append(a.text());
+    for (int64_t i = 0; i < n; ++i) t.append(a.text());
     return t;
   }
   if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) {

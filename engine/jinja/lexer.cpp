@@ -204,7 +204,9 @@ class Lexer {
           const std::string hex = s_.substr(at, n);
           if (hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
             throw SyntaxError(line, "bad \\" + std::string(1, c) + " escape");
-          append_utf8(v, std::stoul(hex, nullptr, 16));
+          const unsigned long cp = std::stoul(hex, nullptr, 16);  // at most 8 hex digits: fits
+          if (cp > 0x10FFFF) throw SyntaxError(line, "\\" + std::string(1, c) + " escape past U+10FFFF");
+          append_utf8(v, cp);
           at += n;
           break;
         }

@@ -1,6 +1,7 @@
 #include "engine/jinja/parser.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 #include "engine/jinja/builtins.hpp"
 
@@ -322,12 +323,20 @@ class Parser {
       }
       case Token::Int: {
         auto e = make(Expr::Literal, t.line);
-        e->value = Value(static_cast<int64_t>(std::stoll(t.text)));
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+        if (ec != std::errc() || end != t.text.data() + t.text.size())
+          throw SyntaxError(t.line, "integer literal " + t.text.substr(0, 40) + " is out of range");
+        e->value = Value(v);
         return e;
       }
       case Token::Float: {
         auto e = make(Expr::Literal, t.line);
-        e->value = Value(std::stod(t.text));
+        double v = 0;
+        const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+        if (ec != std::errc() || end != t.text.data() + t.text.size())
+          throw SyntaxError(t.line, "float literal " + t.text.substr(0, 40) + " is out of range");
+        e->value = Value(v);
         return e;
       }
       case Token::Name: {

@@ -360,3 +360,19 @@ TEST_CASE("templates render byte for byte as jinja2 renders them") {
   }
   CHECK(checked > 100);
 }
+
+TEST_CASE("literals and lookups past a number's range are errors or undefined, never a crash (fuzz regressions)") {
+  // The input fuzz_chat_template found: an integer literal past int64 inside a for tag.
+  CHECK_THROWS_AS(ChatTemplate("{% for message in m--444444444444444444444444444444444------ %}{% endfor %}", "t"),
+                  ChatTemplateError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{{ 99999999999999999999 }}", "t"), doctest::Contains("line 1"), ChatTemplateError);
+  CHECK_THROWS_AS(ChatTemplate("{{ 1e999 }}", "t"), ChatTemplateError);
+  CHECK_THROWS_AS(ChatTemplate("{{ '\\U7fffffff' }}", "t"), ChatTemplateError);
+  // An item index past int64 is refused at load too (jinja2 would look it up and find nothing).
+  CHECK_THROWS_AS(ChatTemplate("{{ messages.99999999999999999999999 }}", "t"), ChatTemplateError);
+  const ChatTemplate item("{{ messages.1 is defined }}{{ messages.0.content }}", "t");
+  CHECK(item.apply(Messages{{"user", "x"}}, false) == "Falsex");
+  // Repetition that would make megabytes is an error at render, not an exhausted machine.
+  const ChatTemplate big("{{ ('x' * 1000) * 100000 }}", "t");
+  CHECK_THROWS_AS(big.apply(Messages{{"user", "x"}}, false), ChatTemplateError);
+}
