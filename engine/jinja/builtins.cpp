@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 namespace inferd::engine::jinja {
 
@@ -13,6 +14,14 @@ namespace {
 constexpr std::string_view kSpace = " \t\n\r\f\v";
 
 [[noreturn]] void fail(const std::string& what) { throw RenderError(what); }
+
+// An indentation width: a prompt's is a few spaces, so anything past 1000 (or
+// below 0, or not a number) is refused rather than allocated.
+size_t width_of(const Value& w, const char* what) {
+  const double d = w.is_number() ? w.number() : -1.0;
+  if (!(d >= 0 && d <= 1000)) fail(std::string(what) + " must be a number from 0 to 1000");
+  return size_t(d);
+}
 
 bool any_of(std::string_view name, std::initializer_list<std::string_view> names) {
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -196,7 +205,7 @@ Value apply_filter(std::string_view n, const Value& v, Call& c) {
   if (n == "safe") return v;
   if (n == "tojson") {
     const Value* indent = arg(c, 0, "indent");
-    return to_json(v, indent && indent->is_int() ? int(std::get<int64_t>(indent->v)) : -1);
+    return to_json(v, indent && indent->is_int() ? int(width_of(*indent, "tojson indent")) : -1);
   }
   if (n == "list") return sequence(v);
   if (n == "first" || n == "last") {
@@ -252,8 +261,14 @@ Value apply_filter(std::string_view n, const Value& v, Call& c) {
   if (n == "select" || n == "reject") return select(v, c, false, n == "select");
   if (n == "selectattr" || n == "rejectattr") return select(v, c, true, n == "selectattr");
   if (n == "int") {
-    if (v.is_number()) return static_cast<int64_t>(v.number());
-    if (v.is_string()) return static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10));
+    if (v.is_int()) return v;
+    if (v.is_float()) {  // jinja2: infinity and NaN give the default, 0
+      const double d = std::trunc(v.number());
+      if (!std::isfinite(d)) return int64_t{0};
+      if (!(d >= -0x1p63 && d < 0x1p63)) fail("integer overflow");
+      return static_cast<int64_t>(d);
+    }
+    if (v.is_string()) return static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10));  // saturates
     return int64_t{0};
   }
   if (n == "float") {
@@ -262,7 +277,10 @@ Value apply_filter(std::string_view n, const Value& v, Call& c) {
     return 0.0;
   }
   if (n == "abs") {
-    if (v.is_int()) return std::abs(std::get<int64_t>(v.v));
+    if (v.is_int()) {
+      if (std::get<int64_t>(v.v) == std::numeric_limits<int64_t>::min()) fail("integer overflow");
+      return std::abs(std::get<int64_t>(v.v));
+    }
     if (v.is_float()) return std::fabs(v.number());
     fail("abs needs a number, got " + type_name(v));
   }
@@ -285,7 +303,7 @@ Value apply_filter(std::string_view n, const Value& v, Call& c) {
     const Value* width = arg(c, 0, "width");
     const Value* first = arg(c, 1, "first");
     const std::string pad = width && width->is_string() ? width->str()
-                                                        : std::string(width ? size_t(width->number()) : 4, ' ');
+                                                        : std::string(width ? width_of(*width, "indent width") : 4, ' ');
     Text out;
     size_t at = 0;
     bool first_line = true;
@@ -329,7 +347,7 @@ bool apply_test(std::string_view n, const Value& v, Call& c) {
   if (n == "divisibleby") {
     const Value& d = need_other();
     if (!v.is_int() || !d.is_int() || std::get<int64_t>(d.v) == 0) fail("divisibleby needs non-zero integers");
-    return std::get<int64_t>(v.v) % std::get<int64_t>(d.v) == 0;
+    return std::get<int64_t>(d.v) == -1 || std::get<int64_t>(v.v) % std::get<int64_t>(d.v) == 0;  // min % -1 traps
   }
   if (n == "equalto" || n == "eq") return equal(v, need_other());
   if (n == "ne") return !equal(v, need_other());
@@ -446,9 +464,12 @@ Value global(std::string_view n, std::time_t now) {
         stop = std::get<int64_t>(c.args[1].v);
         if (c.args.size() >= 3) step = std::get<int64_t>(c.args[2].v);
       }
-      if (step == 0 || (stop - start) / step > 100000) fail("range() too long or with step 0");
+      if (step == 0 || (static_cast<__int128>(stop) - start) / step > 100000) fail("range() too long or with step 0");
       List out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+        out.push_back(i);
+        if (__builtin_add_overflow(i, step, &i)) break;  // past int64 is past stop
+      }
       return out;
     });
   return Value::undefined(std::string(n));

@@ -1,6 +1,7 @@
 #include "engine/jinja/evaluator.hpp"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -17,6 +18,10 @@ struct LocatedError : RenderError {
 };
 
 [[noreturn]] void fail(const std::string& what) { throw RenderError(what); }
+// Python's integers do not overflow; these are int64: past it is an error, not wrapped.
+void checked(bool overflowed) {
+  if (overflowed) fail("integer overflow");
+}
 
 enum class Flow { Normal, Break, Continue };
 
@@ -41,7 +46,10 @@ std::vector<size_t> slice_positions(size_t size, const Value& start, const Value
   const int64_t b = clamp(as_int(start, "start"), s > 0 ? 0 : n - 1);
   const int64_t e = clamp(as_int(stop, "stop"), s > 0 ? n : -1);
   std::vector<size_t> out;
-  for (int64_t i = b; s > 0 ? i < e : i > e; i += s) out.push_back(size_t(i));
+  for (int64_t i = b; s > 0 ? i < e : i > e;) {
+    out.push_back(size_t(i));
+    if (__builtin_add_overflow(i, s, &i)) break;  // past int64 is past the end
+  }
   return out;
 }
 
@@ -85,8 +93,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     }
     if (op == "**") {
       if (ints && as_i(b) >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < as_i(b) && i < 64; ++i) r *= as_i(a);
+        const int64_t x = as_i(a), n = as_i(b);
+        if (x == 0) return int64_t(n == 0);
+        if (x == 1 || x == -1) return n % 2 ? x : int64_t(1);
+        int64_t r = 1;  // |x| >= 2: overflows within 63 steps
+        for (int64_t k = 0; k < n; ++k) checked(__builtin_mul_overflow(r, x, &r));
         return r;
       }
       return std::pow(num(a), num(b));
@@ -94,9 +105,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (ints) {
       const int64_t x = as_i(a), y = as_i(b);
       if ((op == "//" || op == "%") && y == 0) fail("integer division or modulo by zero");
-      if (op == "+") return x + y;
-      if (op == "-") return x - y;
-      if (op == "*") return x * y;
+      int64_t r = 0;
+      if (op == "+") return checked(__builtin_add_overflow(x, y, &r)), r;
+      if (op == "-") return checked(__builtin_sub_overflow(x, y, &r)), r;
+      if (op == "*") return checked(__builtin_mul_overflow(x, y, &r)), r;
+      checked(x == std::numeric_limits<int64_t>::min() && y == -1);
       const int64_t q = x / y - ((x % y != 0) && ((x < 0) != (y < 0)));  // Python floors
       if (op == "//") return q;
       if (op == "%") return x - q * y;
@@ -377,7 +390,11 @@ class Evaluator {
       case Expr::Unary: {
         const Value v = eval(*e.kids[0]);
         if (e.name == "not") return !truthy(v);
-        if (v.is_int()) return e.name == "-" ? -std::get<int64_t>(v.v) : std::get<int64_t>(v.v);
+        if (v.is_int()) {
+          int64_t r = std::get<int64_t>(v.v);
+          if (e.name == "-") checked(__builtin_sub_overflow(int64_t(0), r, &r));
+          return r;
+        }
         if (v.is_float()) return e.name == "-" ? -v.number() : v.number();
         fail("bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
       }

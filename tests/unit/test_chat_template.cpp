@@ -376,3 +376,17 @@ TEST_CASE("literals and lookups past a number's range are errors or undefined, n
   const ChatTemplate big("{{ ('x' * 1000) * 100000 }}", "t");
   CHECK_THROWS_AS(big.apply(Messages{{"user", "x"}}, false), ChatTemplateError);
 }
+
+TEST_CASE("integer arithmetic past int64 is an error, never wrapped or undefined behaviour (fuzz regressions)") {
+  const Messages u{{"user", "x"}};
+  auto render = [&](const std::string& text) { return ChatTemplate(text, "t").apply(u, false); };
+  for (const char* text : {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+                           "{{ -717368321110468608 * -42 }}", "{{ 2 ** 64 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+                           "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) | abs }}",
+                           "{{ 1e300 | int }}", "{{ 'a' | indent(-1) }}", "{{ [1] | tojson(indent=100000) }}"})
+    CHECK_THROWS_AS_MESSAGE(render(text), ChatTemplateError, text);
+  CHECK(render("{{ 3 ** 2 }} {{ (-1) ** 5 }} {{ 0 ** 0 }} {{ 7 // -2 }} {{ -7 % 3 }}") == "9 -1 1 -4 2");
+  CHECK(render("{{ (-9223372036854775807 - 1) is divisibleby(-1) }}") == "True");
+  CHECK(render("{{ range(-9223372036854775807, 9223372036854775807, 9223372036854775807) | list | length }}") == "2");
+  CHECK(render("{{ [1, 2, 3][1::9223372036854775807] }}") == "[2]");
+}
