@@ -9,6 +9,17 @@ namespace inferd::engine::jinja {
 
 namespace {
 
+// A number literal's value; one past its type's range is a syntax error
+// (Python's integers would grow; these are int64 and double).
+template <class T>
+T number(const Token& t, const char* kind) {
+  T v{};
+  const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+  if (ec != std::errc() || end != t.text.data() + t.text.size())
+    throw SyntaxError(t.line, std::string(kind) + " literal " + t.text.substr(0, 40) + " is out of range");
+  return v;
+}
+
 ExprPtr make(Expr::Kind kind, int line, std::string name = {}) {
   auto e = std::make_unique<Expr>();
   e->kind = kind;
@@ -323,20 +334,12 @@ class Parser {
       }
       case Token::Int: {
         auto e = make(Expr::Literal, t.line);
-        int64_t v = 0;
-        const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
-        if (ec != std::errc() || end != t.text.data() + t.text.size())
-          throw SyntaxError(t.line, "integer literal " + t.text.substr(0, 40) + " is out of range");
-        e->value = Value(v);
+        e->value = Value(number<int64_t>(t, "integer"));
         return e;
       }
       case Token::Float: {
         auto e = make(Expr::Literal, t.line);
-        double v = 0;
-        const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
-        if (ec != std::errc() || end != t.text.data() + t.text.size())
-          throw SyntaxError(t.line, "float literal " + t.text.substr(0, 40) + " is out of range");
-        e->value = Value(v);
+        e->value = Value(number<double>(t, "float"));
         return e;
       }
       case Token::Name: {
