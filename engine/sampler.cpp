@@ -171,8 +171,7 @@ double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53
 
 std::optional<kernels::RowSampling> Sampler::device_params() {
   const SamplingParams& p = params_;
-  if (p.logprobs >= 0 || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
-    return std::nullopt;
+  if (p.logprobs >= 0 || p.penalized()) return std::nullopt;
   kernels::RowSampling r;
   r.greedy = p.greedy();
   r.temperature = p.temperature;
@@ -212,9 +211,9 @@ SampleResult Sampler::verify(std::span<float> logits, std::span<const int32_t> c
 void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> context,
                               std::span<const int32_t> generated) {
   raw_logits_.clear();
+  if (!params_.penalized()) return;
   const bool repetition = params_.repetition_penalty != 1.0f;
   const bool additive = params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
-  if (!repetition && !additive) return;
 
   const size_t vocab = logits.size();
   // Check every id first, so a bad one leaves no half-done work behind.

@@ -30,6 +30,9 @@ struct SamplingParams {
   int logprobs = -1;                // -1 = none; 0..kMaxLogprobs = that many top alternatives
 
   bool greedy() const { return temperature < kGreedyTemperature; }
+  bool penalized() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
   // Why these parameters are unusable, or nullopt if they are fine.
   std::optional<std::string> invalid_reason() const;
 };
