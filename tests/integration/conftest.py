@@ -32,10 +32,21 @@ def default_model():
     return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+# INFERD_TEST_TIME_SCALE stretches the helpers' time bounds below (waits for a
+# state, request timeouts), for a daemon built with sanitizers, which runs
+# several times slower (docs/OPERATIONS.md, "Sanitizers"). Bounds a test sets
+# itself are its own.
+TIME_SCALE = max(1.0, float(os.environ.get("INFERD_TEST_TIME_SCALE", "1")))
+
+
+def scaled(seconds):
+    return seconds * TIME_SCALE
+
+
 def wait_until(predicate, timeout):
     """Polls `predicate` until it holds or `timeout` seconds pass; its last answer.
     Tests wait for what they need to have happened, never a fixed time."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if predicate():
             return True
@@ -190,11 +201,11 @@ class Daemon:
                 raise
 
     def get(self, path, **kw):
-        kw.setdefault("timeout", 10)
+        kw.setdefault("timeout", scaled(10))
         return requests.get(self.url + path, **kw)
 
     def post(self, path, **kw):
-        kw.setdefault("timeout", 60)
+        kw.setdefault("timeout", scaled(60))
         return requests.post(self.url + path, **kw)
 
     def admin_headers(self):
@@ -216,6 +227,7 @@ class Daemon:
 
     def wait_for(self, state, timeout=120):
         """Waits until /health/ready reports `state` ("live" waits for /health/live only)."""
+        timeout = scaled(timeout)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -239,14 +251,14 @@ class Daemon:
         self.proc.send_signal(sig)
 
     def wait(self, timeout=60):
-        return self.proc.wait(timeout=timeout)
+        return self.proc.wait(timeout=scaled(timeout))
 
     def stop(self):
         """Stops the daemon and cleans up; fails the test if it wrote a sanitizer report."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=scaled(30))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
