@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
-"""Writes a Llama-architecture GGUF with seeded random weights at a real model's
-shape, for measuring speed where real weights cannot be had (a GPU machine with
-no network). The tokenizer and chat template are copied from a donor GGUF, whose
+"""Writes a GGUF with seeded random weights at a real model's shape, for
+measuring speed where real weights cannot be had (a GPU machine with no
+network), and for running every architecture at every weight type without
+downloads. The tokenizer and chat template are copied from a donor GGUF, whose
 vocabulary sets the embedding size. Each layer's weights are the same seeded
 random tensors (tiled), so a large model is written in seconds; speed does not
 depend on the values.
 
-  python3 tools/make_random_gguf.py --donor SMALL.gguf --shape 1b --type q4_0 OUT.gguf
+  python3 tools/make_random_gguf.py --donor SMALL.gguf --shape 1b --type q4_0 [--arch llama] OUT.gguf
+
+Architectures, with the tensors and keys llama.cpp's converter writes for each:
+llama (the default); qwen2 (q/k/v biases); qwen3 (per-head q/k RMSNorm);
+gemma2 (norms after attention and feed-forward too, soft-capping at 50 / 30, a
+sliding window of 4096, or 64 with the tiny shape, tied embeddings); gemma3
+(gemma2's norms and window without the caps, plus q/k RMSNorm). The norm
+weights are ones (Gemma's files hold 1 + w), but Gemma's norms after attention and
+feed-forward, which are POST_NORM.
 
 Shapes: 1b (Llama-3.2-1B-like: dim 2048, 16 layers, 32/8 heads, ffn 8192),
 8b (Llama-3-8B-like: dim 4096, 32 layers, 32/8 heads, ffn 14336) and tiny (dim
@@ -40,6 +49,17 @@ TYPES = {"q4_0": Q.Q4_0, "q8_0": Q.Q8_0, "f16": Q.F16, "q5_0": Q.Q5_0, "q5_1": Q
 K_BLOCKS = {Q.Q4_K: (144, [0, 2]), Q.Q5_K: (176, [0, 2]), Q.Q6_K: (210, [208])}
 FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
 MIX_Q6 = ("token_embd", "output", "attn_v")
+# Gemma's norms after attention and feed-forward: large enough that the blocks,
+# not the (scaled, tied) embedding of the last token, decide the next one.
+POST_NORM = 8.0
+# What each architecture adds to Llama's tensors and keys.
+ARCHS = {
+    "llama": (),
+    "qwen2": ("bias",),
+    "qwen3": ("qk_norm",),
+    "gemma2": ("post_norms", "caps", "window", "tied"),
+    "gemma3": ("post_norms", "window", "tied", "qk_norm"),
+}
 
 
 def random_k_blocks(rng, rows: int, cols: int, qtype) -> np.ndarray:
@@ -78,18 +98,28 @@ def main() -> int:
     ap.add_argument("--shape", choices=SHAPES, default="1b")
     ap.add_argument("--type", choices=TYPES, default="q4_0")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--arch", choices=ARCHS, default="llama")
     a = ap.parse_args()
     s = SHAPES[a.shape]
     rng = np.random.default_rng(a.seed)
 
     donor = gguf.GGUFReader(a.donor)
     vocab = len(donor.fields["tokenizer.ggml.tokens"].contents())
-    w = gguf.GGUFWriter(a.out, arch="llama")
+    w = gguf.GGUFWriter(a.out, arch=a.arch)
     for name, field in donor.fields.items():
         if name.startswith("tokenizer."):
             copy_field(w, name, field)
-    w.add_name(f"random-{a.shape}-{a.type}")
+    w.add_name(f"random-{a.arch}-{a.shape}-{a.type}")
     add_llama_hparams(w, s, 8192, 500000.0)
+    extras = ARCHS[a.arch]
+    head_dim = s["dim"] // s["heads"]
+    if "window" in extras:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        w.add_sliding_window(64 if a.shape == "tiny" else 4096)
+    if "caps" in extras:
+        w.add_attn_logit_softcapping(50.0)
+        w.add_final_logit_softcapping(30.0)
 
     def qtype_of(name: str, cols: int):
         t = TYPES[a.type] if a.type != "q4_k_m" else (Q.Q6_K if name.startswith(MIX_Q6) else Q.Q4_K)
@@ -109,15 +139,26 @@ def main() -> int:
             w.add_tensor(name, data)
 
     d = s["dim"]
+    dkv = head_dim * s["kv_heads"]
     put("token_embd.weight", weight("token_embd", vocab, d))
     put("output_norm.weight", np.ones(d, dtype=np.float32))
-    put("output.weight", weight("output", vocab, d))
+    if "tied" not in extras:
+        put("output.weight", weight("output", vocab, d))
     layer = {k: weight(k, *v) for k, v in layer_shapes(s).items()}
+    vectors = {"attn_norm": d, "ffn_norm": d}  # F32, as the converter writes vectors
+    if "post_norms" in extras:
+        vectors |= {"post_attention_norm": d, "post_ffw_norm": d}
+    if "qk_norm" in extras:
+        vectors |= {"attn_q_norm": head_dim, "attn_k_norm": head_dim}
+    biases = {"attn_q": d, "attn_k": dkv, "attn_v": dkv} if "bias" in extras else {}
+    bias = {k: (rng.standard_normal(n, dtype=np.float32) * 0.02) for k, n in biases.items()}
     for i in range(s["layers"]):
-        put(f"blk.{i}.attn_norm.weight", np.ones(d, dtype=np.float32))
-        put(f"blk.{i}.ffn_norm.weight", np.ones(d, dtype=np.float32))
+        for k, n in vectors.items():
+            put(f"blk.{i}.{k}.weight", np.full(n, POST_NORM if k.startswith("post_") else 1.0, dtype=np.float32))
         for k, v in layer.items():
             put(f"blk.{i}.{k}.weight", v)
+        for k, v in bias.items():
+            put(f"blk.{i}.{k}.bias", v)
     finish(w)
     return 0
 

@@ -138,6 +138,33 @@ _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
+def random_model(out, weight_type, arch="llama"):
+    """A tiny seeded random GGUF of `arch` and `weight_type` at `out`, with the
+    default model's tokenizer (tools/make_random_gguf.py; needs the gguf package)."""
+    subprocess.run([sys.executable, str(SRC / "tools" / "make_random_gguf.py"), "--donor", default_model(),
+                    "--shape", "tiny", "--type", weight_type, "--arch", arch, str(out)], check=True, timeout=300)
+    return out
+
+
+def generate_on(model, isa, max_tokens=12):
+    """`inferctl generate` of a fixed prompt, greedy, on the CPU kernel table
+    `isa` (INFERD_CPU_ISA): the lines of text it prints, not its log."""
+    env = dict(os.environ, INFERD_CPU_ISA=isa)
+    r = subprocess.run([str(INFERCTL), "generate", "--model", str(model), "--prompt", "The capital of France is",
+                        "--max-tokens", str(max_tokens), "--ignore-eos", "--threads", "2", "--max-model-len", "256"],
+                       env=env, capture_output=True, text=True, timeout=scaled(300))
+    assert r.returncode == 0, r.stderr
+    assert f"(cpu-{isa})" in r.stdout + r.stderr  # the engine's log names the table it runs
+    return [line for line in r.stdout.splitlines() if not line.startswith("[")]
+
+
+def cpu_has(isa):
+    """Whether this CPU runs the kernel table `isa` (avx2, avx512)."""
+    flags = open("/proc/cpuinfo").read().split()
+    need = {"avx2": ["avx2", "fma", "f16c"], "avx512": ["avx512f", "avx512bw", "avx512vl", "avx512_vnni"]}
+    return all(f in flags for f in need[isa])
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "serial: changes what the whole machine sees (its free memory) or bounds a latency; "
