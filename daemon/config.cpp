@@ -174,8 +174,8 @@ std::string model_path(std::string& s) {
   return {};
 }
 
-// A leading "~/" is $HOME; empty stays empty (look beside the model).
-std::string manifest_path(std::string& s) {
+// A leading "~/" is $HOME; empty stays empty.
+std::string home_path(std::string& s) {
   if (!s.starts_with("~/")) return {};
   const char* home = std::getenv("HOME");
   if (home == nullptr || *home == '\0') return "cannot expand '~': HOME is not set";
@@ -373,7 +373,11 @@ const std::vector<Key>& keys() {
       string_key("model", "manifest", "model-manifest", &C::model, &ModelConfig::manifest,
                  "sha256sum manifest the model's files must match before loading; empty: DIR/SHA256SUMS or "
                  "FILE.gguf.sha256 when there",
-                 manifest_path),
+                 home_path),
+      string_key("model", "chat_template", "chat-template", &C::model, &ModelConfig::chat_template,
+                 "Jinja chat template file used instead of the model's own (tokenizer.chat_template); empty: the "
+                 "model's",
+                 home_path),
       string_key("engine", "device", "device", &C::engine, &EngineConfig::device,
                  "where the model runs: cpu, cuda or cuda:N (builds with CUDA)", device_name),
       int_key("engine", "threads", "threads", &C::engine, &EngineConfig::threads, 0, 1024,

@@ -56,6 +56,7 @@ struct ModelConfig {
   // sha256sum manifest the model's files are checked against before the load;
   // empty: SHA256SUMS in a checkpoint directory, or FILE.sha256 beside a GGUF file.
   std::string manifest;
+  std::string chat_template;  // a Jinja file used instead of the model's own; empty: the model's
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -62,6 +62,7 @@ std::string describe(const engine::LoadProgress& p) {
 engine::EngineOptions engine_options(const Config& cfg) {
   engine::EngineOptions o;
   o.model_path = cfg.model.path;
+  o.chat_template_path = cfg.model.chat_template;
   o.threads = cfg.engine.threads;
   o.backend = [device = cfg.engine.device, threads = cfg.engine.threads] { return kernels::make_backend(device, threads); };
   o.max_model_len = static_cast<int>(cfg.model.max_model_len);

@@ -1,6 +1,10 @@
 #include "engine/chat_template.hpp"
 
 #include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "engine/gguf_reader.hpp"
@@ -181,9 +185,25 @@ ChatTemplate::ChatTemplate(std::string_view source, std::string_view origin, std
 std::string_view ChatTemplate::chatml_source() { return kChatML; }
 std::string_view ChatTemplate::plain_source() { return kPlain; }
 
-ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, const Tokenizer& tokenizer) {
+namespace {
+// The text of the tokenizer's bos and eos tokens (bos_token, eos_token in templates).
+std::pair<std::string, std::string> bos_eos_text(const Tokenizer& tokenizer) {
   auto text_of = [&](int32_t id) { return id >= 0 ? tokenizer.token_text(id) : std::string(); };
-  std::string bos = text_of(tokenizer.bos()), eos = text_of(tokenizer.eos());
+  return {text_of(tokenizer.bos()), text_of(tokenizer.eos())};
+}
+}  // namespace
+
+ChatTemplate ChatTemplate::from_file(const std::string& path, const Tokenizer& tokenizer) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (!(in && text << in.rdbuf()))
+    throw ChatTemplateError(path + ": cannot read the chat template: " + std::strerror(errno));
+  auto [bos, eos] = bos_eos_text(tokenizer);
+  return ChatTemplate(text.str(), path, std::move(bos), std::move(eos));
+}
+
+ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, const Tokenizer& tokenizer) {
+  auto [bos, eos] = bos_eos_text(tokenizer);
   if (auto text = file.get_string("tokenizer.chat_template"))
     return ChatTemplate(*text, file.path() + ": tokenizer.chat_template", std::move(bos), std::move(eos));
   const bool chatml = tokenizer.find("<|im_start|>").has_value();

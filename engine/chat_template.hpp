@@ -74,6 +74,10 @@ class ChatTemplate {
   // From the file's `tokenizer.chat_template`; without one, ChatML when the
   // vocabulary has <|im_start|>, else "role: content" lines.
   static ChatTemplate from_gguf(const GgufFile& file, const Tokenizer& tokenizer);
+  // From a Jinja file the operator gives instead of the model's own (vLLM's and
+  // llama.cpp's --chat-template); throws ChatTemplateError naming the file when
+  // it cannot be read, or its line and construct when it cannot be used.
+  static ChatTemplate from_file(const std::string& path, const Tokenizer& tokenizer);
   // The templates used when a model has none.
   static std::string_view chatml_source();
   static std::string_view plain_source();

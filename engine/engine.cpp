@@ -105,7 +105,9 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   }
   stage("tokenizer");
   tokenizer_ = Tokenizer::from_gguf(*file_);
-  chat_ = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*file_, *tokenizer_));
+  chat_ = std::make_unique<ChatTemplate>(opts_.chat_template_path.empty()
+                                             ? ChatTemplate::from_gguf(*file_, *tokenizer_)
+                                             : ChatTemplate::from_file(opts_.chat_template_path, *tokenizer_));
   const auto& mc = model_->config();
   // Models often pad their embedding and output past the tokenizer's last token
   // (to a multiple of 64 or 128): those ids have no text and are masked out of

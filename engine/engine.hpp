@@ -46,6 +46,8 @@ class TokenIndex;
 
 struct EngineOptions {
   std::string model_path;
+  // A Jinja chat template file used instead of the model's own; empty: the model's.
+  std::string chat_template_path;
   int threads = 0;                  // 0: one per core
   int max_model_len = 0;            // 0: the model's trained context
   int max_num_seqs = 16;

@@ -368,3 +368,70 @@ def test_strict_tool_under_auto(daemon, client):
     assert c.message.content or c.message.tool_calls
     for t in c.message.tool_calls or []:
         jsonschema.validate(json.loads(t.function.arguments), SCHEMAS[t.function.name])
+
+
+# ---- a chat template given by the operator: DeepSeek's DSML calls ----
+# Written for this test: ChatML turns whose assistant calls are DSML blocks, as
+# DeepSeek-V4's encoding writes them. The template spells ｜DSML｜, so the
+# deepseek_v4 parser is the one detected; after three such turns SmolLM2-135M
+# answers the next question with a DSML block too (at temperature 0).
+DSML_TEMPLATE = """\
+{%- if tools %}<|im_start|>system
+You can call these functions. To call one, answer with a DSML block.
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|im_end|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'tool' %}<|im_start|>tool
+{{ m.content }}<|im_end|>
+{% else %}<|im_start|>{{ m.role }}
+{% if m.content %}{{ m.content }}{% endif %}
+{%- if m.tool_calls %}<｜DSML｜tool_calls>
+{% for c in m.tool_calls %}<｜DSML｜invoke name="{{ c.function.name }}">
+{% for k, v in c.function.arguments.items() %}<｜DSML｜parameter name="{{ k }}" string="true">{{ v }}</｜DSML｜parameter>
+{% endfor %}</｜DSML｜invoke>
+{% endfor %}</｜DSML｜tool_calls>{% endif %}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}
+"""
+
+
+def test_a_chat_template_file_replaces_the_models_and_its_dsml_calls_are_read(start_daemon, tmp_path):
+    path = tmp_path / "dsml.jinja"
+    path.write_text(DSML_TEMPLATE)
+    d = start_daemon(["--model", default_model(), "--chat-template", str(path), "--no-warmup"])
+    # The template renders the tool turns: a call as DSML, its result as a tool turn.
+    text = rendered(d, messages=ROUND_TRIP, tools=[WEATHER])
+    assert ('<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris'
+            '</｜DSML｜parameter>\n</｜DSML｜invoke>') in text, text
+    assert "<|im_start|>tool\n22 C and sunny<|im_end|>" in text, text
+
+    c = openai.OpenAI(base_url=d.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    shots = [ask(["Paris"]), calls_turn("Paris"), ask(["Rome"]), calls_turn("Rome"), ask(["Oslo"]),
+             calls_turn("Oslo")]
+    for messages, cities in ((shots + [ask(["Madrid"])], ["Madrid"]),
+                             (FEW_SHOT_PARALLEL[:4] + [ask(["Berlin", "Vienna"])], ["Berlin", "Vienna"])):
+        kw = dict(model=daemon_model(d), messages=messages, tools=[WEATHER], max_tokens=300, **GREEDY)
+        r = c.chat.completions.create(**kw).choices[0]
+        assert r.finish_reason == "tool_calls", r
+        assert r.message.content is None
+        assert [(t.function.name, json.loads(t.function.arguments)) for t in r.message.tool_calls] == [
+            ("get_weather", {"city": city}) for city in cities]
+        content, scalls, finish, _ = streamed(c, **kw)
+        assert (content, finish) == ("", "tool_calls")
+        assert [scalls[i] for i in sorted(scalls)] == [
+            {"name": t.function.name, "arguments": t.function.arguments} for t in r.message.tool_calls]
+
+
+def test_a_chat_template_file_that_cannot_be_read_or_used_fails_the_load(start_daemon, tmp_path):
+    missing = tmp_path / "missing.jinja"
+    d = start_daemon(["--model", default_model(), "--chat-template", str(missing), "--no-warmup"], wait_state=None)
+    assert d.wait(60) == 1
+    assert f"{missing}: cannot read the chat template" in d.output()
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{{ messages[0].content }}\n{% include 'other.jinja' %}\n")
+    d = start_daemon(["--model", default_model(), "--chat-template", str(bad), "--no-warmup"], wait_state=None)
+    assert d.wait(60) == 1
+    assert f"{bad}" in d.output() and "line 2" in d.output(), d.output()[-2000:]
