@@ -56,6 +56,8 @@ def test_memory_of_closed_connections_goes_back_to_the_system(start_daemon):
     pid = d.proc.pid
     time.sleep(1)
     fds0, rss0, heap0 = fd_count(pid), rss_kib(pid), heap_in_use(d)
+    if heap0 == 0:  # a daemon that allocates at all has heap in use; ASan's allocator counts none
+        pytest.skip("the allocator reports no heap in use and holds freed memory back (a sanitizer build)")
     peak, rss_after, heap_open, heap_after = rss0, [], [], []
     for _ in range(3):
         socks = open_idle(d.port, n)

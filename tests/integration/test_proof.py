@@ -8,14 +8,14 @@ import signal
 import subprocess
 import time
 
-from conftest import INFERCTL, free_port, write_proc
+from conftest import INFERCTL, free_port, scaled, write_proc
 
 
 def proof(d, *args, admin_port=None, timeout=600):
-    cmd = [str(INFERCTL), "proof", "--url", d.url, "--ready-timeout", "120"]
+    cmd = [str(INFERCTL), "proof", "--url", d.url, "--ready-timeout", str(round(scaled(120)))]
     if admin_port:
         cmd += ["--admin-url", f"http://127.0.0.1:{admin_port}"]
-    r = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=scaled(timeout))
     return r
 
 
