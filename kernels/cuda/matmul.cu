@@ -438,8 +438,9 @@ __device__ inline MmqRow load_mmq_row(const uint8_t* row, int64_t b, int c) {
 // with 16 rows a block it was four times). Weights and activations go to shared
 // memory by cp.async in stages of KC blocks, the next stage in flight while the
 // warps multiply the current one. Warp w takes rows 16 (w % 2) .. +15 of the
-// block, half of its token tiles ((w / 2) % 2) and every SPLIT-th block of a
-// stage (w / 4). SPLIT is 4 where the grid has fewer than two blocks an SM
+// block, every token tile (so one unpacked weight fragment serves NT mma: with
+// half the tiles a warp, an H100 issued 83 instructions an mma at 32 tokens)
+// and every (2 SPLIT)-th block of a stage (w / 2). SPLIT is 4 where the grid has fewer than two blocks an SM
 // (4096 rows: 128 blocks), whose four warps alone could not hide the latency
 // of the shared-memory loads and tensor-core ops; 1 where there are blocks
 // enough (on an H100, 14336 rows ran faster so). The parts' sums are added in
@@ -505,8 +506,11 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
   grid_wait();
   stage_acts(0, 0);
   copy_async_commit();
-  constexpr int kTiles = NT / 2;
-  const int rg = (warp % 2) * 16, first_tile = ((warp / 2) % 2) * kTiles, part = warp / 4;
+  // Each warp takes 16 rows and every token tile, so that the weight fragment
+  // it unpacks for a block serves NT mma; the warps of a row group split the
+  // stage's blocks between them (kParts parts in all).
+  constexpr int kTiles = NT, kParts = 2 * SPLIT;
+  const int rg = (warp % 2) * 16, first_tile = 0, part = warp / 2;
   const int head_lo = static_cast<int>(reinterpret_cast<uintptr_t>(row_at(rg + g)) & 15);
   const int head_hi = static_cast<int>(reinterpret_cast<uintptr_t>(row_at(rg + g + 8)) & 15);
   float acc[kTiles][4];
@@ -527,7 +531,7 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
     const uint8_t* w_lo = ws + (rg + g) * kWords * 16 + head_lo;
     const uint8_t* w_hi = ws + (rg + g + 8) * kWords * 16 + head_hi;
     const int n_blocks = static_cast<int>(min(int64_t(KC), nb - ch * KC));
-    for (int j = part; j < n_blocks; j += SPLIT) {
+    for (int j = part; j < n_blocks; j += kParts) {
       const MmqRow lo = load_mmq_row<Block>(w_lo, j, c), hi = load_mmq_row<Block>(w_hi, j, c);
       const uint32_t a[4] = {lo.lo, hi.lo, lo.hi, hi.hi};
 #pragma unroll
@@ -551,7 +555,7 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
     __syncthreads();  // every warp is done with stage s before the next round's copies refill it
   }
   // Parts 1.. leave their sums in the (now free) stage memory; part 0 adds them in order.
-  auto* partial = reinterpret_cast<float*>(smem) + (warp % 4) * (SPLIT - 1) * kTiles * 4 * 32;
+  auto* partial = reinterpret_cast<float*>(smem) + (warp % 2) * (kParts - 1) * kTiles * 4 * 32;
   if (part > 0) {
 #pragma unroll
     for (int u = 0; u < kTiles; ++u)
@@ -560,7 +564,7 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
   }
   __syncthreads();
   if (part > 0) return;
-  for (int k = 1; k < SPLIT; ++k)
+  for (int k = 1; k < kParts; ++k)
 #pragma unroll
     for (int u = 0; u < kTiles; ++u)
 #pragma unroll
@@ -585,8 +589,8 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
 template <class Block, int NT, int SPLIT>
 void launch_mmq_tile(const MatmulOut& o, int64_t nb, QuantAct x, int n, cudaStream_t stream) {
   constexpr int KC = NT <= 4 ? 16 : 8;
-  constexpr int smem = 2 * tile_stage_bytes<Block, NT, KC>();
-  static_assert(4 * (SPLIT - 1) * NT / 2 * 4 * 32 * 4 <= smem, "the parts' sums fit the stage memory");
+  constexpr int partial_bytes = 2 * (2 * SPLIT - 1) * NT * 4 * 32 * 4;  // the parts' sums, after the stages
+  constexpr int smem = std::max(2 * tile_stage_bytes<Block, NT, KC>(), partial_bytes);
   auto* kernel = mmq_tile<Block, NT, KC, SPLIT>;
   static const bool sized = [&] {
     if constexpr (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
