@@ -13,8 +13,8 @@ Architectures, with the tensors and keys llama.cpp's converter writes for each:
 llama (the default); qwen2 (q/k/v biases); qwen3 (per-head q/k RMSNorm);
 gemma2 (norms after attention and feed-forward too, soft-capping at 50 / 30, a
 sliding window of 4096, or 64 with the tiny shape, tied embeddings); gemma3
-(gemma2's norms and window without the caps, plus q/k RMSNorm). The norm
-weights are ones (Gemma's files hold 1 + w), but Gemma's norms after attention and
+(gemma2's norms and window without the caps, plus q/k RMSNorm). Norm weights
+are ones (Gemma's files hold 1 + w), except Gemma's norms after attention and
 feed-forward, which are POST_NORM.
 
 Shapes: 1b (Llama-3.2-1B-like: dim 2048, 16 layers, 32/8 heads, ffn 8192),
