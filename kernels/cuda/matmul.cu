@@ -510,7 +510,7 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
   // it unpacks for a block serves NT mma; the warps of a row group split the
   // stage's blocks between them (kParts parts in all).
   constexpr int kTiles = NT, kParts = 2 * SPLIT;
-  const int rg = (warp % 2) * 16, first_tile = 0, part = warp / 2;
+  const int rg = (warp % 2) * 16, part = warp / 2;
   const int head_lo = static_cast<int>(reinterpret_cast<uintptr_t>(row_at(rg + g)) & 15);
   const int head_hi = static_cast<int>(reinterpret_cast<uintptr_t>(row_at(rg + g + 8)) & 15);
   float acc[kTiles][4];
@@ -536,7 +536,7 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
       const uint32_t a[4] = {lo.lo, hi.lo, lo.hi, hi.hi};
 #pragma unroll
       for (int u = 0; u < kTiles; ++u) {
-        const int tb = (first_tile + u) * 8 + g, t0 = (first_tile + u) * 8 + 2 * c;
+        const int tb = u * 8 + g, t0 = u * 8 + 2 * c;
         uint32_t b0 = 0, b1 = 0;
         if (tb < n_tokens) {
           const auto* q = reinterpret_cast<const uint32_t*>(xs + tb * kPitch + j * 32);
@@ -571,7 +571,7 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
       for (int i = 0; i < 4; ++i) acc[u][i] += partial[((k - 1) * kTiles * 4 + u * 4 + i) * 32 + lane];
 #pragma unroll
   for (int u = 0; u < kTiles; ++u) {
-    const int t0 = (first_tile + u) * 8 + 2 * c;
+    const int t0 = u * 8 + 2 * c;
     const int64_t r = r0 + rg + g;
     if (r < rows) {
       if (t0 < n_tokens) y[int64_t(t0) * rows + r] = acc[u][0];
