@@ -21,10 +21,7 @@ ModelIntegrity verify_model_integrity(const Config& cfg, const std::function<voi
 // The structural checkpoint gate (engine/checkpoint_gate.hpp) for a checkpoint
 // directory whose config.json model_type the gate knows (deepseek_v4); other
 // models pass untouched. Each line goes to the log and to `activity`; a
-// problem is logged naming the file and tensor, then std::runtime_error. A
-// deepseek_v4 checkpoint that passes still stops start-up with
-// std::runtime_error: its forward pass (engine/models/deepseek_v4.hpp) has no
-// tokenizer, chat template or request path in the engine yet.
+// problem is logged naming the file and tensor, then std::runtime_error.
 void gate_model_structure(const Config& cfg, const std::function<void(const std::string&)>& activity);
 
 }  // namespace inferd::daemon

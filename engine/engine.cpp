@@ -131,7 +131,18 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   const KvGeometry g = plan_kv_cache(mc, max_model_len_, kv_sized_by_device(mc, last.bytes_total));
   stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g, *backend_);
-  kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching);
+  // A state the model holds itself only moves forward: no sequence may start
+  // from another's cached prefix, and no draft may be rolled back.
+  const bool own_state = model_->holds_sequence_state();
+  if (own_state && opts_.enable_prefix_caching)
+    spdlog::info("engine: {} keeps each sequence's state itself: prefix caching is off", mc.architecture);
+  if (own_state && opts_.tp.size > 1)
+    throw std::invalid_argument(mc.architecture + " does not run with tensor parallelism yet (tensor_parallel_size " +
+                                std::to_string(opts_.tp.size) + ")");
+  if (own_state && opts_.speculative)
+    throw std::invalid_argument("speculative decoding by prompt lookup is not supported for " + mc.architecture +
+                                " (its state cannot roll back rejected drafts)");
+  kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching && !own_state);
   SchedulerLimits limits{opts_.max_num_seqs, opts_.max_num_batched_tokens, max_model_len_};
   if (opts_.speculative) {
     // A group's workers build their batch from the plan without its drafts' logits rows.
@@ -419,6 +430,7 @@ void Engine::do_reset(const std::string& reason) {
   // Running first, then waiting, then the inbox: the order they run again in.
   for (SeqId id : scheduler_->clear()) sort(std::move(live_.at(id)));
   live_.clear();
+  model_->drop_sequences();
   while (!inbox_.empty()) {
     sort(std::move(inbox_.front()));
     inbox_.pop_front();
@@ -457,6 +469,10 @@ void Engine::corrupt_if_armed() {
 
 void Engine::step() {
   const StepPlan plan = scheduler_->schedule();
+  if (model_->holds_sequence_state()) {  // even when nothing runs this step
+    model_->release_sequences(plan.finished);
+    model_->release_sequences(plan.preempted);
+  }
   if (plan.empty()) return;
   // Counts first: a client that sees this step's tokens must find the requests
   // it admitted counted as running, not still waiting (admission reads them).

@@ -49,7 +49,7 @@ void Executor::run(const StepPlan& plan, std::vector<float>& logits, std::vector
     const int n = static_cast<int>(s.tokens.size());
     // Logits for the last token, and for each draft after it (their verification).
     const int first_row = n - 1 - s.num_drafts;
-    for (int i = 0; i < n; ++i) batch_.add(s.tokens[i], s.start + i, table, s.sample && i >= first_row);
+    for (int i = 0; i < n; ++i) batch_.add(s.tokens[i], s.start + i, table, s.sample && i >= first_row, s.seq);
   }
   const auto vocab = static_cast<size_t>(model_.config().vocab);
   const auto n = static_cast<int64_t>(plan.seqs.size());
@@ -66,7 +66,7 @@ void Executor::run(const StepPlan& plan, std::vector<float>& logits, std::vector
   // Every row samples here: the padding's rows come last (greedy where the
   // device samples), so the real rows' results are the first n.
   for (int64_t i = n; i < size; ++i) {
-    batch_.add(batch_.tokens.back(), batch_.positions.back(), batch_.table_of.back(), true);
+    batch_.add(batch_.tokens.back(), batch_.positions.back(), batch_.table_of.back(), true, batch_.seqs.back());
     if (tokens) batch_.sampling.push_back({});
   }
   backend_.run_captured(size, forward);

@@ -446,6 +446,15 @@ std::unique_ptr<GgufFile> open_hf_checkpoint(const std::string& dir_in) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const auto config = *read_json(dir + "/config.json", true);
   MetadataImage m;
+  if (config.get_string("model_type") == "deepseek_v4") {
+    // Its own loader reads the weights (engine/models/deepseek_v4.hpp): the
+    // image carries what the engine asks before that, and the tokenizer.
+    m.str("general.architecture", "deepseek_v4");
+    m.u32("deepseek_v4.context_length", config.need_int("max_position_embeddings"));
+    m.str("general.name", std::filesystem::path(dir).filename().string());
+    read_tokenizer(dir, m);
+    return GgufFile::assemble(m.image(), dir, {}, {});
+  }
   bool tied = false;
   read_config(config, m, tied);
   m.str("general.name", std::filesystem::path(dir).filename().string());

@@ -8,7 +8,9 @@
 //
 // Supported: LlamaForCausalLM with BF16, F16 or F32 weights, linear RoPE scaling,
 // and byte-level BPE tokenizers. Anything else is refused with a LoadError naming
-// the file and the key or tensor.
+// the file and the key or tensor. A model_type deepseek_v4 checkpoint becomes a
+// GgufFile without tensors (architecture deepseek_v4, its context and its
+// tokenizer): its own loader maps the weights (engine/models/deepseek_v4.hpp).
 #pragma once
 #include <memory>
 #include <string>

@@ -58,21 +58,23 @@ std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend&
 
   traced.clear();
   StepBatch b;
+  uint64_t seq = 0;  // a new sequence each time, for a model that keeps their state
   for (int64_t t : axes.step_tokens) {  // one prompt chunk of t tokens
     b.clear();
     const int32_t at = b.add_table(table);
-    for (int64_t i = 0; i < t; ++i) b.add(0, static_cast<int32_t>(i), at, i + 1 == t);
+    ++seq;
+    for (int64_t i = 0; i < t; ++i) b.add(0, static_cast<int32_t>(i), at, i + 1 == t, seq);
     run(b);
   }
   for (int64_t r : axes.sampled_seqs) {  // r sequences, one token each
     b.clear();
     const int32_t at = b.add_table(table);
-    for (int64_t i = 0; i < r; ++i) b.add(0, 0, at, true);
+    for (int64_t i = 0; i < r; ++i) b.add(0, 0, at, true, ++seq);
     run(b);
   }
   for (int64_t c : axes.contexts) {  // one decode token reading c positions
     b.clear();
-    b.add(0, static_cast<int32_t>(c - 1), b.add_table(table), true);
+    b.add(0, static_cast<int32_t>(c - 1), b.add_table(table), true, ++seq);
     run(b);
   }
   for (int64_t n : axes.decode_batches) traced.touch(decode_batch_key(n).key(), 0.0);

@@ -40,6 +40,9 @@ struct StepBatch {
   std::vector<int32_t> positions;
   std::vector<int32_t> table_of;
   std::vector<int32_t> block_tables;  // every sequence's table, one after another
+  // The sequence each token belongs to (the scheduler's id), for a model that
+  // holds its sequences' state itself (Model::holds_sequence_state).
+  std::vector<uint64_t> seqs;
   // Indices into `tokens` whose logits are wanted (usually each sequence's last token).
   std::vector<int32_t> logits_rows;
   // Sampling where the logits are (Model::samples_on_device): one entry per
@@ -54,6 +57,7 @@ struct StepBatch {
     positions.clear();
     table_of.clear();
     block_tables.clear();
+    seqs.clear();
     logits_rows.clear();
     sampling.clear();
     logits_too = false;
@@ -64,11 +68,12 @@ struct StepBatch {
     block_tables.insert(block_tables.end(), table.begin(), table.end());
     return at;
   }
-  void add(int32_t token, int32_t pos, int32_t table, bool want_logits) {
+  void add(int32_t token, int32_t pos, int32_t table, bool want_logits, uint64_t seq = 0) {
     if (want_logits) logits_rows.push_back(static_cast<int32_t>(tokens.size()));
     tokens.push_back(token);
     positions.push_back(pos);
     table_of.push_back(table);
+    seqs.push_back(seq);
   }
 };
 
@@ -89,6 +94,15 @@ class Model {
   void forward(const StepBatch& batch, KvCache& kv, float* logits) { forward(batch, kv, logits, nullptr); }
   // Whether forward() takes batch.sampling: its backend samples and one rank holds the whole vocabulary.
   virtual bool samples_on_device() const { return false; }
+  // Whether the model keeps each sequence's state itself, keyed by batch.seqs,
+  // instead of in the paged KV cache (DeepSeek-V4's compressed streams). Such a
+  // state only moves forward: no prefix sharing, no draft rollback.
+  virtual bool holds_sequence_state() const { return false; }
+  // Lets these sequences' states go: they ended, or lost their K/V and will be
+  // fed again from position 0.
+  virtual void release_sequences(std::span<const uint64_t> seqs) { (void)seqs; }
+  // Lets every sequence's state go (an engine reset ended or re-queued them all).
+  virtual void drop_sequences() {}
 };
 
 }  // namespace inferd::engine

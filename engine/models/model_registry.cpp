@@ -8,13 +8,14 @@ namespace inferd::engine {
 namespace {
 
 const std::map<std::string, ModelFactory>& registry() {
-  // Each is the shared decoder (engine/models/decoder.hpp) with its own options.
+  // Each is the shared decoder (engine/models/decoder.hpp) with its own options, but DeepSeek-V4.
   static const std::map<std::string, ModelFactory> r = {
       {"llama", make_llama},  // SmolLM2, Llama 2/3, Mistral
       {"qwen2", make_qwen2},  // Qwen2, Qwen2.5
       {"qwen3", make_qwen3},
       {"gemma2", make_gemma2},  // Gemma 2
       {"gemma3", make_gemma3},  // Gemma 3's text models
+      {"deepseek_v4", make_deepseek_v4},  // its own forward pass, not the shared decoder
   };
   return r;
 }

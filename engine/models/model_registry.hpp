@@ -64,6 +64,9 @@ std::unique_ptr<Model> make_qwen3(const GgufFile& file, kernels::Backend& backen
                                   WeightLoader& weights, const TensorParallel& tp);
 std::unique_ptr<Model> make_gemma2(const GgufFile& file, kernels::Backend& backend, Precision precision,
                                    WeightLoader& weights, const TensorParallel& tp);
+// A Hugging Face DeepSeek-V4 checkpoint directory (engine/models/deepseek_v4_serving.cpp).
+std::unique_ptr<Model> make_deepseek_v4(const GgufFile& file, kernels::Backend& backend, Precision precision,
+                                        WeightLoader& weights, const TensorParallel& tp);
 std::unique_ptr<Model> make_gemma3(const GgufFile& file, kernels::Backend& backend, Precision precision,
                                    WeightLoader& weights, const TensorParallel& tp);
 
