@@ -308,7 +308,7 @@ std::string pre_tokenizer_family(const JsonFile& tj) {
   }
   if (!byte_level) tj.fail("pre_tokenizer", "no ByteLevel step: only byte-level BPE is supported");
   auto family = PreTokenizer::family_of(patterns);
-  if (!family) tj.fail("pre_tokenizer", "its regexes match none of the pre-tokenizers inferd has (GPT-2, SmolLM, Llama 3, Qwen2)");
+  if (!family) tj.fail("pre_tokenizer", "its regexes match none of the pre-tokenizers inferd has (GPT-2, SmolLM, Llama 3, Qwen2, DeepSeek-V3)");
   return *family;
 }
 

@@ -28,6 +28,14 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// DeepSeek-V3 (also V3.2 and V4): numbers in groups of up to three, then CJK
+// ideographs and kana runs, then a GPT-2-like split in which a punctuation
+// character takes the ASCII letters after it and letters keep their marks.
+constexpr const char* kDeepseek3Digits = R"(\p{N}{1,3})";
+constexpr const char* kDeepseek3Cjk = "[一-龥぀-ゟ゠-ヿ]+";
+constexpr const char* kDeepseek3 =
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // Isolates every digit first; the GPT-2 split then runs inside each piece, so
 // " 12" becomes " ", "1", "2" (StarCoder-derived vocabularies such as SmolLM).
 constexpr const char* kDigits = R"(\p{N})";
@@ -38,8 +46,8 @@ struct Family {
   bool ignore_merges;
 };
 
-const std::array<Family, 15>& families() {
-  static const std::array<Family, 15> table{{
+const std::array<Family, 16>& families() {
+  static const std::array<Family, 16> table{{
       {"default", {kGpt2}, false},
       {"gpt2", {kGpt2}, false},
       {"gpt-2", {kGpt2}, false},
@@ -55,6 +63,7 @@ const std::array<Family, 15>& families() {
       {"llama-bpe", {kLlama3}, true},
       {"qwen2", {kQwen2}, false},
       {"deepseek-r1-qwen", {kQwen2}, false},
+      {"deepseek-v3", {kDeepseek3Digits, kDeepseek3Cjk, kDeepseek3}, false},
   }};
   return table;
 }
@@ -99,9 +108,18 @@ std::string_view PreTokenizer::gpt2_pattern() { return kGpt2; }
 std::string_view PreTokenizer::digits_pattern() { return kDigits; }
 
 std::optional<std::string> PreTokenizer::family_of(std::span<const std::string> patterns) {
+  // tokenizer.json files write a CR or LF in a regex either as the character
+  // itself (DeepSeek's) or escaped; both mean the same to the regex engine.
+  auto escaped = [](std::string_view p) {
+    std::string out;
+    for (char c : p) out += c == '\r' ? "\\r" : c == '\n' ? "\\n" : std::string(1, c);
+    return out;
+  };
+  std::vector<std::string> given;
+  for (const std::string& p : patterns) given.push_back(escaped(p));
   for (const Family& f : families()) {
     if (f.name == "default") continue;  // "gpt2" names the same patterns
-    if (std::equal(f.patterns.begin(), f.patterns.end(), patterns.begin(), patterns.end(),
+    if (std::equal(f.patterns.begin(), f.patterns.end(), given.begin(), given.end(),
                    [](const char* a, const std::string& b) { return std::string_view(a) == b; }))
       return std::string(f.name);
   }

@@ -15,7 +15,7 @@ namespace inferd::engine {
 class PreTokenizer {
  public:
   // `name` is a GGUF `tokenizer.ggml.pre` value ("gpt2", "smollm", "llama3",
-  // "qwen2", ... see pretokenizer.cpp); throws std::invalid_argument naming it
+  // "qwen2", "deepseek-v3", ... see pretokenizer.cpp); throws std::invalid_argument naming it
   // when it is unknown.
   explicit PreTokenizer(std::string_view name);
   ~PreTokenizer();
