@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a random DeepSeek-V4 checkpoint with the real structure and storage.
 
-    tools/make_dsv4_checkpoint.py [--preset tiny|real-layer] [--out DIR] [--seed 0] [--shards 3]
+    tools/make_dsv4_checkpoint.py [--preset tiny|tiny-chat|real-layer] [--out DIR] [--seed 0] [--shards 3]
 
 tiny (the committed fixture tests/golden/dsv4-tiny): 5 layers covering
 window-only attention (0, 1), ratio-4 compressed sparse attention with the
@@ -19,13 +19,21 @@ heads. Dimensions are small; the names, dtypes and layouts are V4-Flash's:
 Shards: globals, then the layers, then the DSpark stages, split over --shards
 files named model-0000i-of-0000n.safetensors with model.safetensors.index.json.
 
+tiny-chat (the committed fixture tests/golden/dsv4-tiny-chat, for serving):
+tiny's structure with a 512-token vocabulary and a tokenizer: tokenizer.json,
+a byte-level BPE trained by the `tokenizers` library on a small built-in text
+with DeepSeek-V3's pre-tokenizer (three isolated Split regexes, then ByteLevel
+without its own regex) and DeepSeek-V4's special tokens; tokenizer_config.json
+(BOS, EOS, no chat template: V4 ships none) and generation_config.json.
+
 real-layer: one layer (CSA, the stage with every tensor kind) at V4-Flash's
 real dimensions (hidden 4096, 256 experts of 2048, vocab 129280), about 5 GB,
 for measuring the load's time and memory (docs/PERFORMANCE.md). Its weights are
 random bytes (no quantization pass) so it is written quickly.
 
 The config is checked against transformers' DeepseekV4Config when transformers
-is installed. Deterministic for a given seed. Needs torch and safetensors.
+is installed. Deterministic for a given seed. Needs torch and safetensors
+(and tokenizers for tiny-chat).
 """
 import argparse
 import json
@@ -39,7 +47,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def config_for(preset):
-    if preset == "tiny":
+    if preset in ("tiny", "tiny-chat"):
         dims = dict(hidden_size=64, num_hidden_layers=5, num_attention_heads=2, head_dim=32, qk_rope_head_dim=16,
                     q_lora_rank=32, o_lora_rank=32, o_groups=2, vocab_size=128, n_routed_experts=4,
                     num_experts_per_tok=2, moe_intermediate_size=32, num_hash_layers=3, hc_mult=2,
@@ -47,6 +55,8 @@ def config_for(preset):
                     compress_ratios=[0, 0, 4, 128, 4, 0, 0, 0],
                     dspark_block_size=5, dspark_markov_rank=16, dspark_noise_token_id=127,
                     dspark_target_layer_ids=[2, 3, 4], num_nextn_predict_layers=1)
+        if preset == "tiny-chat":
+            dims.update(vocab_size=CHAT_VOCAB, dspark_noise_token_id=CHAT_VOCAB - 1)
     else:
         dims = dict(hidden_size=4096, num_hidden_layers=1, num_attention_heads=64, head_dim=512, qk_rope_head_dim=64,
                     q_lora_rank=1024, o_lora_rank=1024, o_groups=8, vocab_size=129280, n_routed_experts=256,
@@ -63,6 +73,76 @@ def config_for(preset):
         expert_dtype="fp4", torch_dtype="bfloat16",
         quantization_config=dict(quant_method="fp8", fmt="e4m3", activation_scheme="dynamic", scale_fmt="ue8m0",
                                  weight_block_size=[128, 128]))
+
+
+# ---- tiny-chat's tokenizer ----------------------------------------------------
+
+CHAT_VOCAB = 512
+
+# DeepSeek-V3's pre-tokenizer regexes (also V3.2's and V4's), spelled as its
+# tokenizer.json spells them: CR and LF as the characters themselves.
+DEEPSEEK3_SPLITS = [
+    r"\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^""" + "\r\n" + r"""\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+["""
+    + "\r\n" + r"""]*|\s*[""" + "\r\n" + r"""]+|\s+(?!\S)|\s+""",
+]
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+# Control tokens: BOS and EOS first (ids 0 and 1, as config.json says), then
+# what DeepSeek-V4's prompt encoding writes (turns, the reminder, task markers,
+# fill-in-the-middle, image placeholder).
+SPECIAL_TOKENS = [BOS, EOS, "<｜▁pad▁｜>", "<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>",
+                  "<｜fim▁hole｜>", "<｜fim▁begin｜>", "<｜fim▁end｜>", "<｜deepseek_image｜>",
+                  "<｜action｜>", "<｜query｜>", "<｜authority｜>", "<｜domain｜>", "<｜title｜>", "<｜read_url｜>"]
+# Added but not special: the model writes them and they stay in the text.
+PLAIN_ADDED = ["<think>", "</think>"]
+
+# What the merges are learnt from: English, code, numbers, CJK, kana, and the
+# text of V4's tool and DSML layout, so chat prompts come out in few tokens.
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. The dog sleeps in the sun.",
+    "You are a helpful assistant. Answer the question of the user in a short sentence.",
+    "What is the weather like in Paris today? It is sunny and warm, about 21 degrees.",
+    "def main():\n    print(\"hello, world\")\n    return 0\n",
+    "for (int i = 0; i < n; ++i) { total += values[i]; }",
+    "## Tools\n\nYou have access to a set of tools to help answer the user's question.",
+    '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+    '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+    "<tool_result>{\"temperature\": 21, \"unit\": \"celsius\"}</tool_result>",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 123 2024 3.14159 1,000,000",
+    "今天天气很好。我们去公园散步吧。中文分词测试。",
+    "こんにちは。カタカナとひらがなのテストです。ありがとうございます。",
+    "Café, naïve, résumé, Zürich, São Paulo, Ångström, façade.",
+    "Emoji: 😀 🚀 ✨ and symbols: © ® ™ € £ ¥ § ¶ • … → ←",
+]
+
+
+def write_tokenizer(out):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in DEEPSEEK3_SPLITS]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=CHAT_VOCAB - len(PLAIN_ADDED), min_frequency=1, show_progress=False,
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS * 4, trainer=trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in PLAIN_ADDED])
+    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B",
+                                                       special_tokens=[(BOS, 0)])
+    assert tok.get_vocab_size() == CHAT_VOCAB, tok.get_vocab_size()
+    assert tok.token_to_id(BOS) == 0 and tok.token_to_id(EOS) == 1
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(dict(
+        add_bos_token=True, add_eos_token=False, bos_token=BOS, eos_token=EOS, pad_token="<｜▁pad▁｜>",
+        model_max_length=1048576, tokenizer_class="PreTrainedTokenizerFast", clean_up_tokenization_spaces=False,
+        legacy=True), indent=1, ensure_ascii=False) + "\n")
+    (out / "generation_config.json").write_text(json.dumps(dict(
+        bos_token_id=0, eos_token_id=1, do_sample=True, temperature=1.0, top_p=1.0), indent=1) + "\n")
 
 
 class Writer:
@@ -240,17 +320,19 @@ def check_with_transformers(cfg):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", choices=["tiny", "real-layer"], default="tiny")
-    ap.add_argument("--out", default=str(ROOT / "tests/golden/dsv4-tiny"))
+    ap.add_argument("--preset", choices=["tiny", "tiny-chat", "real-layer"], default="tiny")
+    ap.add_argument("--out", help="default: tests/golden/dsv4-tiny, or dsv4-tiny-chat for tiny-chat")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shards", type=int, default=3)
     a = ap.parse_args()
     cfg = config_for(a.preset)
     check_with_transformers(cfg)
-    out = pathlib.Path(a.out)
+    out = pathlib.Path(a.out or ROOT / ("tests/golden/dsv4-tiny-chat" if a.preset == "tiny-chat" else "tests/golden/dsv4-tiny"))
     out.mkdir(parents=True, exist_ok=True)
+    if a.preset == "tiny-chat":
+        write_tokenizer(out)
     (out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
-    shards = split(build(cfg, a.seed, fast=a.preset != "tiny"), a.shards)
+    shards = split(build(cfg, a.seed, fast=a.preset == "real-layer"), a.shards)
     weight_map, total = {}, 0
     for i, tensors in enumerate(shards):
         name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
