@@ -59,11 +59,15 @@ std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend&
   traced.clear();
   StepBatch b;
   uint64_t seq = 0;  // a new sequence each time, for a model that keeps their state
-  for (int64_t t : axes.step_tokens) {  // one prompt chunk of t tokens
+  for (int64_t t : axes.step_tokens) {  // t prompt tokens, as few sequences as the longest prompt allows
     b.clear();
     const int32_t at = b.add_table(table);
-    ++seq;
-    for (int64_t i = 0; i < t; ++i) b.add(0, static_cast<int32_t>(i), at, i + 1 == t, seq);
+    for (int64_t done = 0; done < t;) {
+      const int64_t n = std::min(t - done, max_ctx);
+      ++seq;
+      for (int64_t i = 0; i < n; ++i) b.add(0, static_cast<int32_t>(i), at, i + 1 == n, seq);
+      done += n;
+    }
     run(b);
   }
   for (int64_t r : axes.sampled_seqs) {  // r sequences, one token each
