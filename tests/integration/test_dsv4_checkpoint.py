@@ -1,10 +1,11 @@
 """The DeepSeek-V4 checkpoint gate with the real daemon, on copies of
 tests/golden/dsv4-tiny (tools/make_dsv4_checkpoint.py): a copy with a SHA256SUMS
-is hashed, then passes the gate ("N/N params", "M/M draft params") and stops
-start-up because deepseek_v4 checkpoints are not served yet (no request path); a copy
-with one tensor's dtype changed in its shard's header fails the gate naming the
-shard and the tensor. Both exit 1 without leaving Loading. `inferctl
-check-model` prints the same lines and exits 0 and 1."""
+is hashed, then passes the gate ("N/N params", "M/M draft params"), and the load
+stops at the tokenizer this fixture lacks, naming tokenizer.json (dsv4-tiny-chat,
+which has one, is served: test_dsv4_serving.py); a copy with one tensor's dtype
+changed in its shard's header fails the gate naming the shard and the tensor.
+Both exit 1 without leaving Loading. `inferctl check-model` prints the same
+lines and exits 0 and 1."""
 import hashlib
 import json
 import shutil
@@ -34,7 +35,7 @@ def retype(shard, tensor, dtype):
     shard.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
 
 
-def test_a_valid_checkpoint_passes_the_gate_then_is_refused_as_not_implemented(tmp_path):
+def test_a_valid_checkpoint_passes_the_gate_then_needs_its_tokenizer(tmp_path):
     model = tmp_path / "dsv4"
     shutil.copytree(TINY, model)
     (model / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n"
@@ -44,7 +45,8 @@ def test_a_valid_checkpoint_passes_the_gate_then_is_refused_as_not_implemented(t
     assert "checkpoint integrity: 5 files" in out, out[-4000:]
     assert "checkpoint gate: 3/3 shards readable, headers consistent (466 tensors)" in out, out[-4000:]
     assert "checkpoint gate: 297/297 params" in out and "checkpoint gate: 169/169 draft params" in out, out[-4000:]
-    assert "deepseek_v4 checkpoints are not served yet" in out, out[-4000:]
+    assert "checkpoint gate: passed" in out, out[-4000:]
+    assert f"{model}/tokenizer.json" in out, out[-4000:]
     assert "Loading -> Failed" in out and "model loaded" not in out, out[-4000:]
 
     r = subprocess.run([str(INFERCTL), "check-model", str(model)], capture_output=True, text=True, timeout=60)
