@@ -454,7 +454,8 @@ std::vector<float> DeepseekV4::forward(DeepseekV4State& state, std::span<const i
 }
 
 std::vector<float> DeepseekV4::forward(std::span<const DeepseekV4Feed> feeds,
-                                       std::vector<std::vector<float>>* layer_streams) const {
+                                       std::vector<std::vector<float>>* layer_streams,
+                                       const std::vector<int32_t>* rows) const {
   const Impl& m = *impl_;
   const DeepseekV4Config& c = m.c;
   Backend& b = *m.backend;
@@ -483,6 +484,11 @@ std::vector<float> DeepseekV4::forward(std::span<const DeepseekV4Feed> feeds,
     for (int64_t i = 0; i < int64_t(f.tokens.size()); ++i) pos.push_back(s.position + i);
   }
   const int64_t n = static_cast<int64_t>(tokens.size()), width = c.hc * c.hidden;
+  if (rows)
+    for (int32_t r : *rows)
+      if (r < 0 || r >= n)
+        throw std::invalid_argument("deepseek_v4: logits row " + std::to_string(r) + " of a call of " +
+                                    std::to_string(n) + " tokens");
   if (n == 0) return {};
   for (const Run& r : runs) r.state->layers.resize(static_cast<size_t>(c.layers));
 
@@ -502,11 +508,19 @@ std::vector<float> DeepseekV4::forward(std::span<const DeepseekV4Feed> feeds,
     if (layer_streams) layer_streams->push_back(streams);
   }
 
+  // The head runs only where logits are wanted (a prompt's last row, not its others).
+  std::vector<int64_t> out_rows;
+  if (rows) out_rows.assign(rows->begin(), rows->end());
+  else for (int64_t t = 0; t < n; ++t) out_rows.push_back(t);
+  const auto h = static_cast<int64_t>(out_rows.size());
   const HcMixer head_mixer{m.hc_head_fn.data(), m.hc_head_base.data(), m.hc_head_scale.data()};
-  std::vector<float> xn(n * c.hidden), logits(n * c.vocab);
-  for (int64_t t = 0; t < n; ++t) hc_head(m.hc_shape(), head_mixer, streams.data() + t * width, x.data() + t * c.hidden);
-  b.rmsnorm(x.data(), m.norm.data(), xn.data(), n, c.hidden, c.norm_eps);
-  m.head.apply(b, xn.data(), n, logits.data());
+  std::vector<float> xn(h * c.hidden), logits(h * c.vocab);
+  for (int64_t i = 0; i < h; ++i)
+    hc_head(m.hc_shape(), head_mixer, streams.data() + out_rows[i] * width, x.data() + i * c.hidden);
+  if (h > 0) {
+    b.rmsnorm(x.data(), m.norm.data(), xn.data(), h, c.hidden, c.norm_eps);
+    m.head.apply(b, xn.data(), h, logits.data());
+  }
   for (const Run& r : runs) r.state->position += r.n;
   return logits;
 }

@@ -90,10 +90,13 @@ class DeepseekV4 {
                              std::vector<std::vector<float>>* layer_streams = nullptr) const;
   // Several sequences in one call: their rows go through the matmuls and the
   // experts together, each attends over its own state. The logits (and
-  // streams) are the feeds' rows in order. Also throws for a feed without a
-  // state or a state fed twice, changing no state.
+  // streams) are the feeds' rows in order; with `rows`, the logits are only
+  // those rows' (indices into the feeds' tokens, in that order). Also throws for
+  // a feed without a state, a state fed twice or a row past the tokens,
+  // changing no state.
   std::vector<float> forward(std::span<const DeepseekV4Feed> feeds,
-                             std::vector<std::vector<float>>* layer_streams = nullptr) const;
+                             std::vector<std::vector<float>>* layer_streams = nullptr,
+                             const std::vector<int32_t>* rows = nullptr) const;
   // forward from an empty state: one sequence from position 0.
   std::vector<float> prefill(std::span<const int32_t> tokens,
                              std::vector<std::vector<float>>* layer_streams = nullptr) const;

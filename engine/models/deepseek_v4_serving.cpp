@@ -41,10 +41,8 @@ class DeepseekV4Sequences final : public Model {
                        std::span(batch.tokens).subspan(first, end - first)});
       first = end;
     }
-    const std::vector<float> all = model_->forward(feeds);
-    const auto vocab = static_cast<size_t>(config_.vocab);
-    for (size_t r = 0; r < batch.logits_rows.size(); ++r)
-      std::copy_n(all.data() + static_cast<size_t>(batch.logits_rows[r]) * vocab, vocab, logits + r * vocab);
+    const std::vector<float> wanted = model_->forward(feeds, nullptr, &batch.logits_rows);
+    std::copy(wanted.begin(), wanted.end(), logits);
   }
 
  private:
@@ -65,7 +63,11 @@ class DeepseekV4Sequences final : public Model {
     }
     DeepseekV4State& s = states_[seq];
     const int32_t filler = 0;
-    while (s.position < position) model_->forward(s, std::span(&filler, 1));
+    const std::vector<int32_t> no_logits;
+    while (s.position < position) {
+      const DeepseekV4Feed feed{&s, std::span(&filler, 1)};
+      model_->forward(std::span(&feed, 1), nullptr, &no_logits);
+    }
     return s;
   }
 
