@@ -234,7 +234,14 @@ std::vector<ChatMessage> parse_messages(const json::object& body) {
       invalid(param + ".role", "unknown role `" + role + "` in " + backticked(param + ".role") +
                                    "; expected system, developer, user, assistant or tool");
     ChatMessage msg{role, message_content(m, param, role)};
-    if (role == "assistant") msg.tool_calls = message_tool_calls(m, param);
+    if (role == "assistant") {
+      msg.tool_calls = message_tool_calls(m, param);
+      // An earlier turn's reasoning, as this server returns it (vLLM also takes `reasoning`).
+      for (const char* key : {"reasoning_content", "reasoning"}) {
+        const json::value* r = find(m, key);
+        if (r && !r->is_null() && msg.reasoning_content.empty()) msg.reasoning_content = as_string(*r, param + "." + key);
+      }
+    }
     if (role == "tool") {
       const json::value* id = find(m, "tool_call_id");
       if (!id) invalid(param + ".tool_call_id", backticked(param + ".tool_call_id") + " is required for role `tool`");

@@ -105,6 +105,7 @@ Value native_message(const ChatMessage& m) {
     v.dict().emplace_back("tool_calls", std::move(calls));
   }
   if (!m.tool_call_id.empty()) v.dict().emplace_back("tool_call_id", Text::request(m.tool_call_id));
+  if (!m.reasoning_content.empty()) v.dict().emplace_back("reasoning_content", Text::request(m.reasoning_content));
   return v;
 }
 

@@ -37,6 +37,7 @@ struct ChatMessage {
   std::string content;
   std::vector<ChatToolCall> tool_calls = {};  // assistant
   std::string tool_call_id = {};               // tool: the call this answers
+  std::string reasoning_content = {};          // assistant: an earlier turn's reasoning; empty: none
 };
 
 // What a request adds to its messages.

@@ -208,6 +208,15 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
   CHECK(r.messages[1].content.empty());
   CHECK(r.messages[2].tool_call_id == "call_1");
   CHECK(r.chat.template_options.enable_thinking == false);
+  // An earlier turn's reasoning goes back to the template (DeepSeek-V4 keeps it in some turns).
+  r = oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "q"},
+      {"role": "assistant", "content": "a", "reasoning_content": "r1"},
+      {"role": "assistant", "content": "b", "reasoning": "r2"},
+      {"role": "assistant", "content": "c", "reasoning_content": null}]})"));
+  REQUIRE(r.messages.size() == 4);
+  CHECK(r.messages[1].reasoning_content == "r1");
+  CHECK(r.messages[2].reasoning_content == "r2");
+  CHECK(r.messages[3].reasoning_content.empty());
   CHECK_FALSE(oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}]})"))
                   .chat.template_options.enable_thinking.has_value());
   // DeepSeek's name for the switch; either one on turns thinking on.
@@ -327,6 +336,8 @@ TEST_CASE("chat request: bad tool fields name their param") {
   bad_chat(turn(R"({"role": "tool", "content": "r"})"), "messages[1].tool_call_id", "required");
   bad_chat(turn(R"({"role": "tool", "content": "r", "tool_call_id": 5})"), "messages[1].tool_call_id", "string");
   bad_chat(turn(R"({"role": "assistant", "tool_calls": {}})"), "messages[1].tool_calls", "array");
+  bad_chat(turn(R"({"role": "assistant", "content": "a", "reasoning_content": 3})"), "messages[1].reasoning_content",
+           "string");
   bad_chat(turn(R"({"role": "assistant", "tool_calls": [{"type": "function"}]})"),
            "messages[1].tool_calls[0].function", "required");
   bad_chat(turn(R"({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]})"),
