@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "engine/deepseek_v4_template.hpp"
 #include "engine/gguf_reader.hpp"
 #include "engine/jinja/evaluator.hpp"
 #include "engine/jinja/lexer.hpp"
@@ -207,6 +208,9 @@ ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, const Tokenizer& toke
   auto [bos, eos] = bos_eos_text(tokenizer);
   if (auto text = file.get_string("tokenizer.chat_template"))
     return ChatTemplate(*text, file.path() + ": tokenizer.chat_template", std::move(bos), std::move(eos));
+  // DeepSeek-V4 ships no template: its turn tokens select its encoding.
+  if (tokenizer.find("<｜User｜>") && tokenizer.find("<｜Assistant｜>"))
+    return ChatTemplate(deepseek_v4_chat_template(), "built-in DeepSeek-V4 template", std::move(bos), std::move(eos));
   const bool chatml = tokenizer.find("<|im_start|>").has_value();
   return ChatTemplate(chatml ? kChatML : kPlain, chatml ? "built-in ChatML template" : "built-in plain template",
                       std::move(bos), std::move(eos));

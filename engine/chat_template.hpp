@@ -72,8 +72,9 @@ class ChatTemplate {
   // `bos_text`, `eos_text`: the tokens' text, as bos_token and eos_token.
   ChatTemplate(std::string_view source, std::string_view origin, std::string bos_text = {}, std::string eos_text = {});
 
-  // From the file's `tokenizer.chat_template`; without one, ChatML when the
-  // vocabulary has <|im_start|>, else "role: content" lines.
+  // From the file's `tokenizer.chat_template`; without one, DeepSeek-V4's
+  // encoding (deepseek_v4_template.hpp) when the vocabulary has <｜User｜> and
+  // <｜Assistant｜>, ChatML when it has <|im_start|>, else "role: content" lines.
   static ChatTemplate from_gguf(const GgufFile& file, const Tokenizer& tokenizer);
   // From a Jinja file the operator gives instead of the model's own (vLLM's and
   // llama.cpp's --chat-template); throws ChatTemplateError naming the file when
