@@ -138,6 +138,13 @@ _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
+def rendered_prompt(d, **body):
+    """The chat prompt's text for this request body, as the model sees it (/tokenize, then /detokenize)."""
+    t = d.post("/tokenize", json=body)
+    assert t.status_code == 200, t.text
+    return d.post("/detokenize", json={"tokens": t.json()["tokens"]}).json()["prompt"]
+
+
 def random_model(out, weight_type, arch="llama"):
     """A tiny seeded random GGUF of `arch` and `weight_type` at `out`, with the
     default model's tokenizer (tools/make_random_gguf.py; needs the gguf package)."""

@@ -20,7 +20,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import SRC, Daemon
+from conftest import SRC, Daemon, rendered_prompt
 
 TINY_CHAT = SRC / "tests" / "golden" / "dsv4-tiny-chat"
 GREEDY = {"temperature": 0.0}
@@ -41,11 +41,6 @@ def daemon():
 def client(daemon):
     return openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
-
-def rendered(daemon, **body):
-    t = daemon.post("/tokenize", json=body)
-    assert t.status_code == 200, t.text
-    return daemon.post("/detokenize", json={"tokens": t.json()["tokens"]}).json()["prompt"]
 
 
 def test_the_checkpoint_is_gated_warmed_and_listed(daemon):
@@ -85,15 +80,15 @@ def test_completions_streamed_together_equal_each_alone(client):
 
 def test_chat_prompts_are_rendered_in_deepseek_v4s_encoding(daemon):
     hi = [{"role": "user", "content": "Hi"}]
-    thinking = rendered(daemon, messages=hi)
+    thinking = rendered_prompt(daemon, messages=hi)
     assert thinking.startswith("<｜begin▁of▁sentence｜>") and thinking.endswith("<｜User｜>Hi<｜Assistant｜><think>")
-    plain = rendered(daemon, messages=hi, chat_template_kwargs={"thinking": False})
+    plain = rendered_prompt(daemon, messages=hi, chat_template_kwargs={"thinking": False})
     assert plain == "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜></think>"
     # A tool call and its result in the history: DSML, then the result in the user turn.
     turns = hi + [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
                   {"role": "tool", "tool_call_id": "call_1", "content": "22 C"}]
-    text = rendered(daemon, messages=turns, tools=[WEATHER], chat_template_kwargs={"thinking": False})
+    text = rendered_prompt(daemon, messages=turns, tools=[WEATHER], chat_template_kwargs={"thinking": False})
     assert '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">' in text, text
     assert '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>' in text, text
     assert "<tool_result>22 C</tool_result>" in text, text

@@ -13,7 +13,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import default_model
+from conftest import default_model, rendered_prompt
 
 GREEDY = {"temperature": 0.0}
 
@@ -39,15 +39,9 @@ def client(daemon):
     return openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-def rendered(daemon, **body):
-    """The chat prompt's text for this request body, as the model sees it."""
-    t = daemon.post("/tokenize", json=body)
-    assert t.status_code == 200, t.text
-    return daemon.post("/detokenize", json={"tokens": t.json()["tokens"]}).json()["prompt"]
-
 
 def test_tools_and_tool_turns_render_through_the_template(daemon):
-    text = rendered(daemon, messages=ROUND_TRIP, tools=[WEATHER])
+    text = rendered_prompt(daemon, messages=ROUND_TRIP, tools=[WEATHER])
     assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
     assert "<tools>\n" + json.dumps(WEATHER, separators=(",", ":")) + "\n</tools>" in text
     assert ('<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n'
@@ -55,8 +49,8 @@ def test_tools_and_tool_turns_render_through_the_template(daemon):
     assert "<|im_start|>user\n<tool_response>\n22 C and sunny\n</tool_response><|im_end|>" in text
     assert text.endswith("<|im_start|>assistant\n")
     # tool_choice none leaves the tools out of the prompt.
-    plain = rendered(daemon, messages=ROUND_TRIP[:1])
-    assert rendered(daemon, messages=ROUND_TRIP[:1], tools=[WEATHER], tool_choice="none") == plain
+    plain = rendered_prompt(daemon, messages=ROUND_TRIP[:1])
+    assert rendered_prompt(daemon, messages=ROUND_TRIP[:1], tools=[WEATHER], tool_choice="none") == plain
     assert "<tools>" not in plain
 
 
@@ -403,7 +397,7 @@ def test_a_chat_template_file_replaces_the_models_and_its_dsml_calls_are_read(st
     path.write_text(DSML_TEMPLATE)
     d = start_daemon(["--model", default_model(), "--chat-template", str(path), "--no-warmup"])
     # The template renders the tool turns: a call as DSML, its result as a tool turn.
-    text = rendered(d, messages=ROUND_TRIP, tools=[WEATHER])
+    text = rendered_prompt(d, messages=ROUND_TRIP, tools=[WEATHER])
     assert ('<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris'
             '</｜DSML｜parameter>\n</｜DSML｜invoke>') in text, text
     assert "<|im_start|>tool\n22 C and sunny<|im_end|>" in text, text
