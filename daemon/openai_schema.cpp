@@ -408,6 +408,16 @@ ChatExtras parse_chat_extras(const json::object& body) {
         x.template_options.enable_thinking = x.template_options.enable_thinking.value_or(false) || on;
       }
   }
+  // OpenAI's reasoning_effort, with vLLM's "max": "none" turns thinking off (the
+  // template and the reasoning parser alike), the others reach the template.
+  if (auto effort = get_string(body, "reasoning_effort")) {
+    static constexpr std::string_view kEfforts[] = {"none", "minimal", "low", "medium", "high", "max"};
+    if (std::find(std::begin(kEfforts), std::end(kEfforts), *effort) == std::end(kEfforts))
+      invalid("reasoning_effort", "`reasoning_effort` must be none, minimal, low, medium, high or max, got '" +
+                                      *effort + "'");
+    if (*effort == "none") x.template_options.enable_thinking = false;
+    x.template_options.reasoning_effort = std::move(*effort);
+  }
   return x;
 }
 

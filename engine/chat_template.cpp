@@ -241,6 +241,7 @@ ChatPrompt ChatTemplate::render(std::span<const ChatMessage> messages, bool add_
     context.emplace_back("enable_thinking", *options.enable_thinking);
     context.emplace_back("thinking", *options.enable_thinking);
   }
+  if (options.reasoning_effort) context.emplace_back("reasoning_effort", *options.reasoning_effort);
   Text out;
   try {
     out = template_->render(context, options.now.value_or(std::time(nullptr)));

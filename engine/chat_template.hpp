@@ -49,6 +49,9 @@ struct ChatOptions {
   // it), for templates that read it (Qwen3); unset: not defined for the
   // template (its default).
   std::optional<bool> enable_thinking;
+  // The request's reasoning_effort (none, minimal, low, medium, high, max), for
+  // templates that read it (DeepSeek-V4's); unset: not defined for the template.
+  std::optional<std::string> reasoning_effort;
   // The time strftime_now() formats; unset: now.
   std::optional<std::time_t> now = {};
 };

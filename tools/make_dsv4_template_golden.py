@@ -56,6 +56,9 @@ S = lambda text: {"role": "system", "content": text}
 T = lambda text, cid: {"role": "tool", "content": text, "tool_call_id": cid}
 
 CASES = [
+    ("reasoning effort max", [U("Hello!")], dict(reasoning_effort="max")),
+    ("reasoning effort medium", [U("Hello!")], dict(reasoning_effort="medium")),
+    ("reasoning effort none turns thinking off", [U("Hello!")], dict(reasoning_effort="none")),
     ("plain, thinking off", [U("Hello!")], dict(thinking=False)),
     ("plain, thinking by default", [U("Hello!")], dict()),
     ("system, thinking off", [S("You are a concise assistant."), U("What is 2+2?")], dict(thinking=False)),
@@ -117,8 +120,18 @@ def to_encoding(messages, opts):
             out.insert(0, {"role": "system"})
             i = 0
         out[i]["tools"] = tools
-    return out, dict(thinking_mode="thinking" if thinking else "chat", drop_thinking=True,
-                     reasoning_effort="high" if thinking else None)
+    # vLLM's mapping of the request's reasoning_effort (vllm/tokenizers/deepseek_v4.py).
+    effort = opts.get("reasoning_effort")
+    mode = "thinking" if thinking else "chat"
+    if effort is None:
+        effort = "high" if thinking else None
+    elif effort == "none":
+        mode, effort = "chat", None
+    elif effort in ("low", "minimal", "medium"):
+        effort = "low"
+    elif effort != "max":
+        effort = "high"
+    return out, dict(thinking_mode=mode, drop_thinking=True, reasoning_effort=effort)
 
 
 def main():
@@ -134,8 +147,9 @@ def main():
                     add_generation_prompt=opts.get("add_generation_prompt", True),
                     tools=[json.dumps(t, ensure_ascii=False) for t in opts.get("tools", [])],
                     prompt=prompt)
-        if "thinking" in opts:
-            case["thinking"] = opts["thinking"]
+        for key in ("thinking", "reasoning_effort"):
+            if key in opts:
+                case[key] = opts[key]
         cases.append(case)
     out = ROOT / "tests/golden/dsv4_template.json"
     out.write_text(json.dumps(dict(source=ENCODING + " (vLLM 0.34.0)", cases=cases), ensure_ascii=False, indent=1) + "\n")

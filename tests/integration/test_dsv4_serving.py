@@ -84,6 +84,9 @@ def test_chat_prompts_are_rendered_in_deepseek_v4s_encoding(daemon):
     assert thinking.startswith("<｜begin▁of▁sentence｜>") and thinking.endswith("<｜User｜>Hi<｜Assistant｜><think>")
     plain = rendered_prompt(daemon, messages=hi, chat_template_kwargs={"thinking": False})
     assert plain == "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜></think>"
+    assert rendered_prompt(daemon, messages=hi, reasoning_effort="none") == plain
+    assert rendered_prompt(daemon, messages=hi, reasoning_effort="max").startswith(
+        "<｜begin▁of▁sentence｜>Reasoning Effort: Beyond maximum")
     # A tool call and its result in the history: DSML, then the result in the user turn.
     turns = hi + [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},

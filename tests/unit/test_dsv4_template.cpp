@@ -64,6 +64,11 @@ TEST_CASE("dsv4 template: renders vLLM's DeepSeek-V4 encoding byte for byte") {
     ChatOptions opts;
     for (const auto& tool : c.at("tools").as_array()) opts.tools.emplace_back(tool.as_string());
     if (const json::value* th = c.if_contains("thinking")) opts.enable_thinking = th->as_bool();
+    // As the daemon reads a request's reasoning_effort (openai_schema.cpp): "none" turns thinking off.
+    if (const json::value* e = c.if_contains("reasoning_effort")) {
+      opts.reasoning_effort = std::string(e->as_string());
+      if (*opts.reasoning_effort == "none") opts.enable_thinking = false;
+    }
     const auto msgs = messages_of(c.at("messages").as_array());
     CHECK(t.apply(msgs, c.at("add_generation_prompt").as_bool(), opts) == str(c, "prompt"));
   }

@@ -229,6 +229,20 @@ TEST_CASE("chat request: tools, tool_choice, tool turns and chat_template_kwargs
   CHECK(thinking(R"({"thinking": true})") == true);
   CHECK(thinking(R"({"thinking": true, "enable_thinking": false})") == true);
   CHECK(thinking(R"({"thinking": false, "enable_thinking": true})") == true);
+  // reasoning_effort reaches the template; "none" also turns thinking off.
+  auto effort = [&](const std::string& value) {
+    return oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": )" +
+                                       value + "}"))
+        .chat.template_options;
+  };
+  CHECK(effort(R"("max")").reasoning_effort == "max");
+  CHECK_FALSE(effort(R"("max")").enable_thinking.has_value());
+  CHECK(effort(R"("none")").enable_thinking == false);
+  CHECK_FALSE(oa::parse_chat_request(body(R"({"messages": [{"role": "user", "content": "x"}]})"))
+                  .chat.template_options.reasoning_effort.has_value());
+  bad_chat(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "extreme"})", "reasoning_effort",
+           "must be none, minimal, low, medium, high or max");
+  bad_chat(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": 3})", "reasoning_effort");
 
   // required and named: the output's grammar is the calls'; the tools are still shown.
   const std::string two = R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" + weather +
