@@ -56,7 +56,7 @@ int resolve_max_model_len(const ModelConfig& mc, int asked) {
 
 KvGeometry plan_kv_cache(const ModelConfig& mc, int max_model_len, const EngineOptions& opts) {
   KvGeometry g;
-  g.n_layers = mc.n_layers;
+  g.n_layers = mc.kv_layers > 0 ? mc.kv_layers : mc.n_layers;
   g.n_kv_heads = mc.n_kv_heads;
   g.head_dim = mc.head_dim;
   g.block_size = opts.block_size;
@@ -129,6 +129,7 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
                  mc.vocab, n_tokens_, mc.vocab - n_tokens_);
   max_model_len_ = resolve_max_model_len(mc, opts_.max_model_len);
   const KvGeometry g = plan_kv_cache(mc, max_model_len_, kv_sized_by_device(mc, last.bytes_total));
+  model_->check_kv_cache(g);
   stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g, *backend_);
   // A state the model holds itself only moves forward: no sequence may start
@@ -179,7 +180,7 @@ EngineOptions Engine::kv_sized_by_device(const ModelConfig& mc, size_t weights_b
   const auto mem = backend_->memory_info();
   if (!mem) return o;
   KvGeometry one;
-  one.n_layers = mc.n_layers;
+  one.n_layers = mc.kv_layers > 0 ? mc.kv_layers : mc.n_layers;
   one.n_kv_heads = mc.kv_heads_here;
   one.head_dim = mc.head_dim;
   one.block_size = opts_.block_size;

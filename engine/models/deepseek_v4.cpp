@@ -265,14 +265,13 @@ struct DeepseekV4::Impl {
     const auto rows = [&](const std::vector<float>& v) { return v.begin() + run.row * p.width; };
     st.kv.insert(st.kv.end(), rows(p.kv), rows(p.kv) + run.n * p.width);
     st.score.insert(st.score.end(), rows(p.score), rows(p.score) + run.n * p.width);
-    CompressorInput in{r, dim, int64_t(st.entries.size()) / dim, int64_t(st.kv.size()) / p.width, st.kv.data(),
-                       st.score.data()};
+    CompressorInput in{r, dim, st.pooled, int64_t(st.kv.size()) / p.width, st.kv.data(), st.score.data()};
     std::vector<float> entries = pool_windows(in);
     const int64_t m = int64_t(entries.size()) / dim;
     if (m == 0) return;
     backend->rmsnorm(entries.data(), k.norm.data(), entries.data(), m, dim, c.norm_eps);
     for (int64_t i = 0; i < m; ++i) rope.apply(entries.data() + i * dim, 1, (in.first_window + i) * r);
-    st.entries.insert(st.entries.end(), entries.begin(), entries.end());
+    st.append(entries.data(), m, r, dim);
     // Keep the rows the next window still reads.
     const int64_t drop = (in.window_start(in.first_window + m) - in.window_start(in.first_window)) * p.width;
     st.kv.erase(st.kv.begin(), st.kv.begin() + drop);
@@ -294,10 +293,12 @@ struct DeepseekV4::Impl {
     for (const Run& run : runs) {
       DeepseekV4State::Compressor& st = run.state->layers[size_t(index)].index;
       pool(l, *l.index_compressor, l.index_rope, keys, run, st);
+      std::vector<const float*> rows(static_cast<size_t>(st.pooled));
+      for (int64_t j = 0; j < st.pooled; ++j) rows[size_t(j)] = st.entry(j, l.ratio, di);
       for (int64_t t = run.row; t < run.row + run.n; ++t) {
         l.index_rope.apply(q.data() + t * hi * di, int(hi), pos[t]);
-        index_topk({int(hi), int(di), q.data() + t * hi * di, w.data() + t * hi}, st.entries.data(),
-                   int64_t(st.entries.size()) / di, pos[t], int(l.ratio), int(k), picks.data() + t * k);
+        index_topk({int(hi), int(di), q.data() + t * hi * di, w.data() + t * hi}, rows, pos[t], int(l.ratio), int(k),
+                   picks.data() + t * k);
       }
     }
     return picks;
@@ -312,7 +313,7 @@ struct DeepseekV4::Impl {
     const int64_t held = int64_t(st.window.size()) / d, first = pos - held;
     std::vector<float> kv(st.window);
     kv.insert(kv.end(), fresh, fresh + run.n * d);
-    const float* entries = st.compressor.entries.data();
+    auto entry = [&](int64_t j) -> const float* { return st.compressor.entry(j, l.ratio, d); };
     std::vector<const float*> keys;
     const float scale = 1.0f / std::sqrt(float(d));
     for (int64_t t = 0; t < run.n; ++t) {
@@ -321,9 +322,9 @@ struct DeepseekV4::Impl {
       for (int64_t s = std::max(first, p - c.window + 1); s <= p; ++s) keys.push_back(kv.data() + (s - first) * d);
       if (l.ratio == 4) {
         for (int64_t i = 0; i < c.index_topk; ++i)
-          if (const int32_t j = picks[t * c.index_topk + i]; j >= 0) keys.push_back(entries + j * d);
+          if (const int32_t j = picks[t * c.index_topk + i]; j >= 0) keys.push_back(entry(j));
       } else if (l.ratio) {
-        for (int64_t j = 0; j < (p + 1) / l.ratio; ++j) keys.push_back(entries + j * d);
+        for (int64_t j = 0; j < (p + 1) / l.ratio; ++j) keys.push_back(entry(j));
       }
       float* ot = o + t * h * d;
       sink_attention(q + t * h * d, int(h), int(d), keys, l.sinks.data(), scale, ot);
@@ -413,6 +414,22 @@ struct DeepseekV4::Impl {
     for (int64_t t = 0; t < n; ++t) hc_post(s, w[t], y.data() + t * c.hidden, streams.data() + t * width);
   }
 };
+
+float* DeepseekV4State::Compressor::entry(int64_t j, int64_t ratio, int64_t dim) {
+  if (!pages.base) return entries.data() + j * dim;
+  const int64_t p = j * ratio, block = p / pages.block_size;
+  if (block >= int64_t(pages.table.size()))
+    throw std::out_of_range("deepseek_v4: entry " + std::to_string(j) + " lies past the sequence's " +
+                            std::to_string(pages.table.size()) + " blocks");
+  return pages.base + pages.table[size_t(block)] * pages.block_stride + (p % pages.block_size) / ratio * dim;
+}
+
+void DeepseekV4State::Compressor::append(const float* rows, int64_t m, int64_t ratio, int64_t dim) {
+  if (!pages.base) entries.insert(entries.end(), rows, rows + m * dim);
+  else
+    for (int64_t i = 0; i < m; ++i) std::copy_n(rows + i * dim, dim, entry(pooled + i, ratio, dim));
+  pooled += m;
+}
 
 DeepseekV4::DeepseekV4(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DeepseekV4::~DeepseekV4() = default;

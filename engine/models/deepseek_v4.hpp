@@ -48,12 +48,31 @@ struct DeepseekV4Config : DeepseekV4Dims {
 // entries. Starts empty (position 0); DeepseekV4::forward sizes and advances
 // it. Its size grows by one compressed entry per 4 or 128 positions on the
 // compressed layers; the rest is bounded by the window and the ratio.
+// Pooled entries kept in paged blocks (the engine's KV cache) instead of the
+// state's own memory: entry j (pooled from positions j * ratio on) is a row of
+// `dim` floats in the block holding position j * ratio, at row
+// (j * ratio % block_size) / ratio. The block size must be a multiple of the
+// ratio, or the ratio of it.
+struct DeepseekV4Pages {
+  float* base = nullptr;           // block 0's rows; null: the entries are in the state's vector
+  int64_t block_stride = 0;        // floats from one block to the next
+  int64_t block_size = 0;          // positions a block covers
+  std::span<const int32_t> table;  // the sequence's blocks, in position order
+};
+
 struct DeepseekV4State {
   struct Compressor {
     // The projected inputs [.][coff * dim] (score plus ape) of the positions
     // from CompressorInput::window_start(entries pooled) on.
     std::vector<float> kv, score;
-    std::vector<float> entries;  // [pooled][dim], normed and rotated at their windows' first positions
+    int64_t pooled = 0;            // entries so far
+    std::vector<float> entries;    // [pooled][dim], normed and rotated at their windows' first positions
+    DeepseekV4Pages pages;         // where the entries are instead, when set
+
+    // Entry j's row; throws std::out_of_range past the paged table.
+    float* entry(int64_t j, int64_t ratio, int64_t dim);
+    // Appends m entries [m][dim].
+    void append(const float* rows, int64_t m, int64_t ratio, int64_t dim);
   };
   struct Layer {
     std::vector<float> window;  // the keys [min(position, window - 1)][head_dim] before the next position

@@ -84,9 +84,9 @@ std::vector<float> pool_windows(const CompressorInput& in) {
   return out;
 }
 
-void index_topk(const IndexerQuery& q, const float* keys, int64_t n_entries, int64_t pos, int ratio, int k,
+void index_topk(const IndexerQuery& q, std::span<const float* const> keys, int64_t pos, int ratio, int k,
                 int32_t* out) {
-  const int64_t visible = std::min<int64_t>(n_entries, (pos + 1) / ratio);
+  const int64_t visible = std::min<int64_t>(int64_t(keys.size()), (pos + 1) / ratio);
   const float scale = 1.0f / std::sqrt(float(q.head_dim));
   std::vector<float> score(visible);
   for (int64_t j = 0; j < visible; ++j) {
@@ -94,7 +94,7 @@ void index_topk(const IndexerQuery& q, const float* keys, int64_t n_entries, int
     for (int h = 0; h < q.n_heads; ++h) {
       const float* qh = q.q + int64_t(h) * q.head_dim;
       float dot = 0;
-      for (int i = 0; i < q.head_dim; ++i) dot += qh[i] * keys[j * q.head_dim + i];
+      for (int i = 0; i < q.head_dim; ++i) dot += qh[i] * keys[j][i];
       total += q.weights[h] * std::max(dot, 0.0f) * scale;
     }
     score[j] = total;

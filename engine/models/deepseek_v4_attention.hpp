@@ -57,13 +57,14 @@ std::vector<float> pool_windows(const CompressorInput& in);
 // entries j < (t + 1) / ratio (the windows closed by t), highest first, ties to
 // the lower index; -1 fills the slots past the visible entries.
 // q: [n_heads][head_dim] of the query; weights [n_heads] already scaled;
-// keys: [n_entries][head_dim]. score_j = sum_h w_h * relu(q_h . key_j) * head_dim^-1/2.
+// keys: the entries' rows of head_dim, by row pointer.
+// score_j = sum_h w_h * relu(q_h . key_j) * head_dim^-1/2.
 struct IndexerQuery {
   int n_heads = 0, head_dim = 0;
   const float* q = nullptr;
   const float* weights = nullptr;
 };
-void index_topk(const IndexerQuery& q, const float* keys, int64_t n_entries, int64_t pos, int ratio, int k,
+void index_topk(const IndexerQuery& q, std::span<const float* const> keys, int64_t pos, int ratio, int k,
                 int32_t* out);
 
 // One query's single-latent attention: q [n_heads][dim], keys (also the values)

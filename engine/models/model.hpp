@@ -14,11 +14,13 @@ namespace inferd::engine {
 
 class GgufFile;
 class KvCache;
+struct KvGeometry;
 
 struct ModelConfig {
   std::string architecture;  // e.g. "llama"
   std::string name;          // general.name
   int n_layers = 0;
+  int kv_layers = 0;         // layers of the paged KV cache; 0: n_layers
   int dim = 0;               // embedding width
   int n_heads = 0;
   int n_kv_heads = 0;
@@ -103,6 +105,9 @@ class Model {
   virtual void release_sequences(std::span<const uint64_t> seqs) { (void)seqs; }
   // Lets every sequence's state go (an engine reset ended or re-queued them all).
   virtual void drop_sequences() {}
+  // Throws std::invalid_argument, naming the setting, when the model cannot
+  // keep its state in a cache of this geometry (the engine asks at start-up).
+  virtual void check_kv_cache(const KvGeometry& g) const { (void)g; }
 };
 
 }  // namespace inferd::engine

@@ -101,4 +101,57 @@ TEST_CASE("dsv4 serving: what its state cannot do is refused") {
   engine::EngineOptions o = options();
   o.speculative = engine::NgramOptions{};
   CHECK_THROWS_WITH_AS(engine::Engine{o}, doctest::Contains("not supported for deepseek_v4"), std::invalid_argument);
+  o = options();
+  o.block_size = 12;  // a block would end inside a ratio-4 window
+  CHECK_THROWS_WITH_AS(engine::Engine{o}, doctest::Contains("block_size 12 must be a multiple of 4"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("dsv4 serving: entries pooled into paged blocks give the logits of entries in the state") {
+  auto cpu = kernels::make_cpu_backend(1, kernels::CpuIsa::Scalar);
+  const auto model = engine::DeepseekV4::load(fixture(), *cpu);
+  const auto& c = model->config();
+  constexpr int64_t kBlock = 16, kBlocks = 12;
+  const std::vector<int32_t> table = {7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 4, 6};  // the blocks out of order
+  // Per compressed layer, its entries' blocks and its indexer keys' blocks (rows of up to head_dim floats).
+  const int64_t stride = kBlock / 4 * c.head_dim;
+  std::vector<std::vector<float>> memory;
+  engine::DeepseekV4State own, paged;
+  paged.layers.resize(static_cast<size_t>(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    if (c.ratios[size_t(l)] == 0) continue;
+    for (auto* k : {&paged.layers[size_t(l)].compressor, &paged.layers[size_t(l)].index}) {
+      memory.emplace_back(static_cast<size_t>(kBlocks * stride), 0.0f);
+      k->pages = {memory.back().data(), stride, kBlock, table};
+    }
+  }
+  const auto tokens = prompts({150}).front();
+  // A prompt in chunks, then decoding: windows close inside chunks and between steps.
+  for (size_t at = 0; at < tokens.size();) {
+    const size_t n = at < 130 ? std::min<size_t>(13, 130 - at) : 1;
+    const auto piece = std::span(tokens).subspan(at, n);
+    CHECK(model->forward(paged, piece) == model->forward(own, piece));
+    at += n;
+  }
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const int64_t r = c.ratios[size_t(l)];
+    if (r == 0) continue;
+    CAPTURE(l);
+    auto& p = paged.layers[size_t(l)];
+    auto& o = own.layers[size_t(l)];
+    CHECK(p.compressor.entries.empty());  // all of them went to the blocks
+    REQUIRE(p.compressor.pooled == o.compressor.pooled);
+    CHECK(p.compressor.pooled == 150 / r);
+    for (int64_t j = 0; j < p.compressor.pooled; ++j) {
+      // In the block of the window's first position, at its row there, as DeepseekV4Pages says.
+      const float* at = p.compressor.pages.base + table[size_t(j * r / kBlock)] * stride + (j * r % kBlock) / r * c.head_dim;
+      const float* want = o.compressor.entry(j, r, c.head_dim);
+      CHECK(std::vector<float>(at, at + c.head_dim) == std::vector<float>(want, want + c.head_dim));
+    }
+  }
+  // A table too short for the next entry is an error, not a write past it.
+  engine::DeepseekV4State::Compressor short_table;
+  std::vector<float> one(static_cast<size_t>(stride));
+  short_table.pages = {one.data(), stride, kBlock, std::span(table).first(1)};
+  CHECK_THROWS_AS(short_table.entry(4, 4, c.head_dim), std::out_of_range);
 }
