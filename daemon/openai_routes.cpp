@@ -420,10 +420,18 @@ void generate(ApiContext& api, Api kind, const Request& req, const std::shared_p
     } catch (const engine::ChatTemplateError& e) {
       throw HttpError(400, e.what(), {}, "messages");
     }
-    // Calls forced by a grammar are written as the grammar writes them (hermes).
-    g.chat.tool_call_parser = g.chat.call_grammar                        ? std::string("hermes")
-                              : !api.options.tool_call_parser.empty() ? api.options.tool_call_parser
-                                                                      : std::string(eng->chat_template().tool_call_format());
+    // Calls forced by a grammar are read as the grammar writes them: DSML for
+    // DeepSeek's formats where it can hold the arguments, else hermes.
+    const std::string format = !api.options.tool_call_parser.empty() ? api.options.tool_call_parser
+                                                                     : std::string(eng->chat_template().tool_call_format());
+    g.chat.tool_call_parser = format;
+    if (g.chat.call_grammar) {
+      g.chat.tool_call_parser = "hermes";
+      if (auto dsml = openai::dsml_call_grammar(g.chat, format)) {
+        g.grammar = g.chat.call_grammar = std::move(dsml);
+        g.chat.tool_call_parser = format;
+      }
+    }
     g.chat.reasoning_parser = !api.options.reasoning_parser.empty() ? api.options.reasoning_parser
                                                                     : std::string(eng->chat_template().reasoning_format());
   } else {

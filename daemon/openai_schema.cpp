@@ -345,13 +345,13 @@ ToolChoice parse_tool_choice(const json::object& body, const std::vector<Tool>& 
   return c == "auto" ? ToolChoice::Auto : ToolChoice::Required;
 }
 
-// The grammar of calls to `tools` (all, or only `named`): each tool's
+// The tools calls may name (all, or only `named`), each with its
 // arguments compiled from its parameters; what the compiler cannot enforce
 // is refused naming the field below `parameters`. `in_text` (auto): free text
 // around the calls, and only strict tools' arguments held to their schema
 // (the others' to any JSON object).
-std::shared_ptr<const engine::grammar::Grammar> call_grammar(const std::vector<Tool>& tools, const std::string& named,
-                                                             int max_calls, bool in_text) {
+std::vector<engine::grammar::ToolGrammar> call_tools(const std::vector<Tool>& tools, const std::string& named,
+                                                     bool in_text) {
   namespace g = engine::grammar;
   std::vector<g::ToolGrammar> calls;
   for (const Tool& t : tools) {
@@ -376,8 +376,7 @@ std::shared_ptr<const engine::grammar::Grammar> call_grammar(const std::vector<T
   if (calls.size() > static_cast<size_t>(g::kMaxChoices))
     invalid("tools", "constrained tool calls (`tool_choice` `required`, a named function or a strict tool) "
                      "take at most " + std::to_string(g::kMaxChoices) + " tools");
-  return std::make_shared<const g::Grammar>(in_text ? g::tool_calls_in_text_grammar(calls)
-                                                   : g::tool_calls_grammar(calls, 1, max_calls));
+  return calls;
 }
 
 ChatExtras parse_chat_extras(const json::object& body) {
@@ -389,11 +388,15 @@ ChatExtras parse_chat_extras(const json::object& body) {
   x.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
   // A named function is one call; required is one or more (one without parallel calls).
   x.calls_only = choice == ToolChoice::Required || choice == ToolChoice::Named;
-  if (x.calls_only)
-    x.call_grammar = call_grammar(tools, named, choice == ToolChoice::Named || !x.parallel_tool_calls ? 1 : -1, false);
+  namespace g = engine::grammar;
+  if (x.calls_only) {
+    x.forced_tools = call_tools(tools, named, false);
+    x.max_calls = choice == ToolChoice::Named || !x.parallel_tool_calls ? 1 : -1;
+    x.call_grammar = std::make_shared<const g::Grammar>(g::tool_calls_grammar(x.forced_tools, 1, x.max_calls));
+  }
   // auto: the text is free, but a call the model writes to a strict tool is held to its schema.
   if (choice == ToolChoice::Auto && std::any_of(tools.begin(), tools.end(), [](const Tool& t) { return t.strict; }))
-    x.call_grammar = call_grammar(tools, {}, -1, true);
+    x.call_grammar = std::make_shared<const g::Grammar>(g::tool_calls_in_text_grammar(call_tools(tools, {}, true)));
   // tool_choice none: the model is not told about the tools at all.
   if (x.parse_tool_calls)
     for (Tool& t : tools) x.template_options.tools.push_back(std::move(t.text));
@@ -652,6 +655,16 @@ json::object envelope(const ResponseMeta& meta, std::string_view object) {
 }
 
 }  // namespace
+
+std::shared_ptr<const engine::grammar::Grammar> dsml_call_grammar(const ChatExtras& x, std::string_view format) {
+  if (!x.calls_only || (format != "deepseek_v4" && format != "deepseek_v32")) return nullptr;
+  try {
+    return std::make_shared<const engine::grammar::Grammar>(engine::grammar::dsml_tool_calls_grammar(
+        x.forced_tools, x.max_calls, format == "deepseek_v4" ? "tool_calls" : "function_calls"));
+  } catch (const std::invalid_argument&) {
+    return nullptr;  // arguments DSML cannot hold (free keys): hermes
+  }
+}
 
 GenerateRequest parse_chat_request(const json::object& body) {
   GenerateRequest r;

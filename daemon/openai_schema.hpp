@@ -18,6 +18,7 @@
 #include "engine/chat_template.hpp"
 #include "engine/engine.hpp"
 #include "engine/grammar/grammar.hpp"
+#include "engine/grammar/tool_calls.hpp"
 #include "engine/sampler.hpp"
 
 namespace inferd::daemon::openai {
@@ -50,7 +51,18 @@ struct ChatExtras {
   // whose calls are held to it; null otherwise.
   std::shared_ptr<const engine::grammar::Grammar> call_grammar;
   bool calls_only = false;  // required or named: nothing but calls
+  // With calls_only: the tools the calls may name, their arguments' grammars,
+  // and 1 or -1 (no bound) calls, for a layout other than hermes (dsml_call_grammar).
+  std::vector<engine::grammar::ToolGrammar> forced_tools;
+  int max_calls = -1;
 };
+
+// The forced calls of `x` in DeepSeek's DSML, for a chat template whose tool
+// format is `format` (deepseek_v4: <｜DSML｜tool_calls>, deepseek_v32:
+// <｜DSML｜function_calls>), so the model writes calls as its template taught
+// it; null for other formats, without forced calls, or where DSML cannot hold
+// the arguments to their schemas (then they stay hermes).
+std::shared_ptr<const engine::grammar::Grammar> dsml_call_grammar(const ChatExtras& x, std::string_view format);
 
 // One /v1/chat/completions or /v1/completions request.
 struct GenerateRequest {

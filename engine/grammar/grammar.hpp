@@ -38,7 +38,7 @@ enum class Kind : uint8_t {
   Literals,  // one of a list of JSON texts (enum, const, true, false, null)
   Union,     // one of several nodes, told apart by their first byte
   // Beyond JSON values, for texts around them (tool calls, tool_calls.hpp):
-  Sequence,  // several nodes, one after another, nothing between them
+  Sequence,  // several nodes, one after another, nothing between them (none: nothing at all)
   Tagged,    // one of several literal heads, then the node that head selects
   Repeat,    // one node, then any number of another (a later item with its separator)
   Text,      // free text, until a tag (literals[0]) ends it and options[0] follows
@@ -68,6 +68,7 @@ struct Node {
   // String: length in characters (code points; an escape is one)
   int min_length = 0;
   int max_length = kMaxStringLength;
+  bool no_angle = false;  // String: no raw '<' (\u003c writes one), so no tag can appear inside it
 
   // Literals: compact JSON texts, e.g. "\"red\"", "3", "null"
   std::vector<std::string> literals;

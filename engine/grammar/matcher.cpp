@@ -222,7 +222,7 @@ class Run {
           return Outcome::Take;
         }
         if (c == '"') return f.count >= n.min_length ? done() : Outcome::Reject;
-        if (c < 0x20 || f.count >= n.max_length) return Outcome::Reject;
+        if (c < 0x20 || f.count >= n.max_length || (c == '<' && n.no_angle)) return Outcome::Reject;
         if (c >= 0x80) return utf8_lead(f, c);
         if (c == '\\') f.phase = kStrEscape;
         else ++f.count;
@@ -423,7 +423,8 @@ class Run {
 bool whole(const Grammar& g, const Frame& f) {
   const Node& n = g.nodes[static_cast<size_t>(f.node)];
   switch (n.kind) {
-    case Kind::Sequence:  // the parts not yet begun may be empty (free text)
+    case Kind::Sequence:  // the parts not yet begun may be empty (free text); no parts: nothing to write
+      if (n.options.empty()) return true;
       if (f.phase != kPartsBegun) return false;
       for (size_t i = static_cast<size_t>(f.count); i < n.options.size(); ++i)
         if (g.nodes[static_cast<size_t>(n.options[i])].kind != Kind::Text) return false;

@@ -8,8 +8,8 @@ The checkpoint passes the gate, warms up and serves through the official
 (tests/golden/dsv4_tokenizer.json) and rendered in DeepSeek-V4's encoding (the
 built-in template, checked against vLLM's in the unit tests); thinking on puts
 the output in `reasoning_content`, thinking off in `content`; a forced tool call
-comes back as `tool_calls`, and the tool turns render as DSML and
-<tool_result>. The weights are random, so the text means nothing: that greedy
+is written in DSML and comes back as `tool_calls`, and the tool turns render as
+DSML and <tool_result>. The weights are random, so the text means nothing: that greedy
 tokens served together equal the model's own decode alone is checked in
 tests/unit/test_dsv4_serving.cpp, and the forward pass against transformers in
 test_dsv4_forward.cpp and test_dsv4_decode.cpp."""
@@ -137,3 +137,17 @@ def test_a_forced_tool_call_comes_back_as_tool_calls(client):
                     finish = c.choices[0].finish_reason
         assert name == "get_weather" and finish == "tool_calls", (stream, name, args, finish)
         jsonschema.validate(json.loads(args), CITY)
+
+
+def test_a_forced_tool_call_is_written_in_dsml(daemon):
+    """The model writes the call as its template taught it, and the deepseek_v4 parser reads it."""
+    body = dict(messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER], tool_choice="required",
+                max_tokens=200, logprobs=True, chat_template_kwargs={"thinking": False}, **GREEDY)
+    r = daemon.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    written = b"".join(bytes(t["bytes"]) for t in choice["logprobs"]["content"]).decode()
+    city = json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"])["city"]
+    assert written == ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+                       f'<｜DSML｜parameter name="city" string="true">{city}</｜DSML｜parameter>\n'
+                       '</｜DSML｜invoke>\n</｜DSML｜tool_calls>'), written

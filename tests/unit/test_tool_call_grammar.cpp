@@ -243,3 +243,139 @@ TEST_CASE("tool call grammar in free text: the token mask equals trying every to
     if (i < doc.size()) REQUIRE(m.accept(doc.substr(i, 1)));
   }
 }
+
+// ---- DSML (DeepSeek's layout) ----
+
+namespace {
+
+std::shared_ptr<const g::Grammar> dsml_calls(int max_calls, const std::string& block = "tool_calls") {
+  std::vector<g::ToolGrammar> tools;
+  tools.push_back({"get_weather", g::compile_json_schema(json::parse(kWeather), true)});
+  tools.push_back({"get_time", g::compile_json_schema(json::parse(kTime), false)});
+  return std::make_shared<const g::Grammar>(g::dsml_tool_calls_grammar(tools, max_calls, block));
+}
+
+std::string param(std::string_view name, bool is_string, std::string_view value) {
+  return "<｜DSML｜parameter name=\"" + std::string(name) + "\" string=\"" + (is_string ? "true" : "false") + "\">" +
+         std::string(value) + "</｜DSML｜parameter>\n";
+}
+
+std::string invoke(std::string_view name, const std::string& params) {
+  return "<｜DSML｜invoke name=\"" + std::string(name) + "\">\n" + params + "</｜DSML｜invoke>\n";
+}
+
+std::string block(const std::string& invokes, std::string_view name = "tool_calls") {
+  return "<｜DSML｜" + std::string(name) + ">\n" + invokes + "</｜DSML｜" + std::string(name) + ">";
+}
+
+}  // namespace
+
+TEST_CASE("tool call grammar, DSML: calls as DeepSeek writes them, each to a tool with valid arguments") {
+  const auto many = dsml_calls(-1), one = dsml_calls(1);
+  const std::string paris = invoke("get_weather", param("city", true, "Paris"));
+  const std::string time = invoke("get_time", param("zone", false, "-2") + param("tags", false, R"(["a"])") +
+                                                  param("extra", false, R"({"k": [1]})"));
+  CHECK(matches(many, block(paris)));
+  CHECK(matches(one, block(paris)));
+  CHECK(matches(many, block(paris + time + paris)));  // parallel calls
+  CHECK_FALSE(matches(one, block(paris + time)));
+  CHECK(matches(many, block(invoke("get_weather", param("city", true, "São <Paulo>\nSP") + param("unit", true, "f")))));
+  CHECK(matches(dsml_calls(1, "function_calls"), block(paris, "function_calls")));
+  CHECK_FALSE(matches(many, block(paris, "function_calls")));
+  // Nothing around the block, a call at least, the required parameters in declared order.
+  CHECK_FALSE(matches(many, "Sure. " + block(paris)));
+  CHECK_FALSE(matches(many, block(paris) + "\n"));
+  CHECK_FALSE(matches(many, block("")));
+  CHECK_FALSE(matches(many, block(invoke("get_weather", ""))));                          // city is required
+  CHECK_FALSE(matches(many, block(invoke("get_weather", param("unit", true, "c") + param("city", true, "X")))));
+  CHECK_FALSE(matches(many, block(invoke("get_weather", param("city", true, "X") + param("unit", true, "k")))));
+  CHECK_FALSE(matches(many, block(invoke("get_weather", param("city", false, "\"X\"")))));  // a string is raw text
+  CHECK_FALSE(matches(many, block(invoke("get_time", param("zone", true, "3") + param("tags", false, "[]") +
+                                                          param("extra", false, "{}")))));
+  CHECK_FALSE(matches(many, block(invoke("get_time", param("zone", false, "3.5") + param("tags", false, "[]") +
+                                                          param("extra", false, "{}")))));
+  CHECK_FALSE(matches(many, block(invoke("get_weathe", param("city", true, "X")))));
+  // Where it may end: only after the block's close.
+  g::Matcher m(many);
+  const std::string whole = block(paris);
+  REQUIRE(m.accept(whole.substr(0, whole.size() - 1)));
+  CHECK_FALSE(m.can_end());
+  REQUIRE(m.accept(">"));
+  CHECK(m.can_end());
+}
+
+TEST_CASE("tool call grammar, DSML: every text it lets out is calls the deepseek_v4 parser reads") {
+  const auto gr = dsml_calls(-1);
+  std::mt19937 rng(11);
+  std::string alphabet = "\n";
+  for (int c = 0x20; c < 0x7F; ++c) alphabet += static_cast<char>(c);
+  for (unsigned char c : std::string("｜")) alphabet += static_cast<char>(c);  // the bytes of U+FF5C
+  for (int walk = 0; walk < 200; ++walk) {
+    g::Matcher m(gr);
+    std::string text;
+    while (!m.finished()) {
+      if (m.can_end()) break;
+      std::vector<char> next;
+      for (char c : alphabet)
+        if (m.accepts(std::string_view(&c, 1))) next.push_back(c);
+      // Text as a model writes it, valid UTF-8: bytes past ASCII only where the grammar leaves no other.
+      if (std::any_of(next.begin(), next.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+        std::erase_if(next, [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
+      if (text.size() > 400) {  // close what is open: a closing tag's next byte, else JSON's
+        std::vector<char> closing;
+        for (std::string_view tag : {"</｜DSML｜parameter>\n", "</｜DSML｜invoke>\n", "</｜DSML｜tool_calls>"})
+          for (size_t k = std::min(tag.size() - 1, text.size()) + 1; k-- > 0 && closing.empty();)
+            if (std::string_view(text).ends_with(tag.substr(0, k)) && m.accepts(tag.substr(k, 1)))
+              closing.push_back(tag[k]);
+        for (char c : std::string_view("\"}]"))
+          if (closing.empty() && m.accepts(std::string_view(&c, 1))) closing.push_back(c);
+        if (!closing.empty()) next = closing;
+      }
+      REQUIRE_MESSAGE(!next.empty(), text);
+      const char c = next[rng() % next.size()];
+      REQUIRE(m.accept(std::string_view(&c, 1)));
+      text += c;
+      REQUIRE(text.size() < 20000);
+    }
+    CAPTURE(text);
+    REQUIRE(m.can_end());
+    auto parser = inferd::daemon::make_tool_call_parser("deepseek_v4");
+    auto split = parser->push(text);
+    const auto tail = parser->finish();
+    split.content += tail.content;
+    split.calls.insert(split.calls.end(), tail.calls.begin(), tail.calls.end());
+    CHECK(split.content.empty());
+    REQUIRE(!split.calls.empty());
+    for (const auto& c : split.calls) {
+      const json::object args = json::parse(c.arguments).as_object();
+      if (c.name == "get_weather") {
+        CHECK(args.at("city").is_string());
+        if (args.contains("unit")) CHECK((args.at("unit") == "c" || args.at("unit") == "f"));
+      } else {
+        REQUIRE(c.name == "get_time");
+        CHECK(args.at("zone").is_int64());
+        CHECK(args.at("tags").is_array());
+        CHECK(args.at("extra").is_object());
+      }
+    }
+  }
+}
+
+TEST_CASE("tool call grammar, DSML: what it cannot hold to a schema is refused") {
+  auto tool = [](std::string name, const char* schema) {
+    return g::ToolGrammar{std::move(name), g::compile_json_schema(json::parse(schema), false)};
+  };
+  CHECK_THROWS_AS(g::dsml_tool_calls_grammar({tool("f", R"({"type": "object"})")}, 1, "tool_calls"),
+                  std::invalid_argument);  // free keys
+  CHECK_THROWS_AS(g::dsml_tool_calls_grammar({tool("f", R"({"type": "object", "properties": {"a\"b": {}}})")}, 1,
+                                             "tool_calls"),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(g::dsml_tool_calls_grammar({tool("f\"", R"({"type": "object", "properties": {}})")}, 1, "tool_calls"),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(g::dsml_tool_calls_grammar({tool("f", R"({"type": "object", "properties": {}})")}, 2, "tool_calls"),
+                  std::invalid_argument);
+  // No parameters: an invoke with none.
+  const auto none = std::make_shared<const g::Grammar>(g::dsml_tool_calls_grammar(
+      {tool("now", R"({"type": "object", "properties": {}, "additionalProperties": false})")}, 1, "tool_calls"));
+  CHECK(matches(none, block(invoke("now", ""))));
+}
