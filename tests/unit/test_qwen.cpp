@@ -84,7 +84,7 @@ TEST_CASE("Qwen2 and Qwen3: a file without the architecture's tensors or with un
   // general.architecture: a string (type 8) of 5 bytes.
   const std::string arch_key = "general.architecture" + u32(8) + u32(5) + u32(0);
   refused(Patched("qwen3", arch_key + "qwen3", arch_key + "qwen9"),
-          "unsupported architecture 'qwen9' (known: gemma2, gemma3, llama, qwen2, qwen3)");
+          "unsupported architecture 'qwen9' (known: deepseek_v4, gemma2, gemma3, llama, qwen2, qwen3)");
   // Without value_length the values are as wide as the keys.
   const Patched absent("qwen3", key, "qwen3.attention.value_lengtX");
   CHECK(load_error(absent.path.string()) == "(loaded)");
