@@ -86,20 +86,91 @@ class MetadataImage {
   uint64_t count_ = 0;
 };
 
+// ---- architectures ---------------------------------------------------------------
+
+// The causal LMs the shared decoder runs (engine/models/decoder.hpp), told apart
+// by their attention's extra weights.
+struct Arch {
+  std::string_view hf;    // config.json's architectures[0]
+  std::string_view gguf;  // general.architecture: the loader and the keys' prefix
+  bool qkv_bias;          // self_attn.{q,k,v}_proj.bias
+  bool qk_norm;           // self_attn.{q,k}_norm.weight: RMSNorm of each head
+};
+
+constexpr Arch kArchs[] = {
+    {"LlamaForCausalLM", "llama", false, false},
+    {"Qwen2ForCausalLM", "qwen2", true, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true},
+};
+
+std::string arch_names() {
+  std::string out;
+  for (const Arch& a : kArchs) out += (out.empty() ? "" : ", ") + std::string(a.hf);
+  return out;
+}
+
+// A layer's HF tensor names (after "model.layers.N.") -> GGUF names (after
+// "blk.N."); "" for names a checkpoint may carry unused.
+std::map<std::string, std::string, std::less<>> layer_tensors(const Arch& arch) {
+  std::map<std::string, std::string, std::less<>> m = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"self_attn.rotary_emb.inv_freq", ""},  // older checkpoints save RoPE's table
+  };
+  if (arch.qkv_bias)
+    m.insert({{"self_attn.q_proj.bias", "attn_q.bias"},
+              {"self_attn.k_proj.bias", "attn_k.bias"},
+              {"self_attn.v_proj.bias", "attn_v.bias"}});
+  if (arch.qk_norm)
+    m.insert({{"self_attn.q_norm.weight", "attn_q_norm.weight"}, {"self_attn.k_norm.weight", "attn_k_norm.weight"}});
+  return m;
+}
+
 // ---- config.json ---------------------------------------------------------------
 
-void read_config(const JsonFile& c, MetadataImage& m, bool& tied) {
+struct Config {
+  const Arch* arch = nullptr;
+  int64_t layers = 0;
+  bool tied = false;
+};
+
+Config read_config(const JsonFile& c, MetadataImage& m) {
+  Config out;
   const auto& o = c.object();
-  const json::value* arch = o.if_contains("architectures");
-  if (!arch || !arch->is_array() || arch->as_array().empty() || !arch->as_array()[0].is_string())
-    c.fail("architectures", "missing (need [\"LlamaForCausalLM\"])");
-  const std::string a(arch->as_array()[0].as_string());
-  if (a != "LlamaForCausalLM")
-    c.fail("architectures", "'" + a + "' is not supported (only LlamaForCausalLM)");
+  const json::value* archs = o.if_contains("architectures");
+  if (!archs || !archs->is_array() || archs->as_array().empty() || !archs->as_array()[0].is_string())
+    c.fail("architectures", "missing (need one of " + arch_names() + ")");
+  const std::string name(archs->as_array()[0].as_string());
+  for (const Arch& a : kArchs)
+    if (a.hf == name) out.arch = &a;
+  if (!out.arch) c.fail("architectures", "'" + name + "' is not supported (only " + arch_names() + ")");
+  const Arch& arch = *out.arch;
+  const std::string p = std::string(arch.gguf) + ".";
+
   if (auto act = c.get_string("hidden_act"); act && *act != "silu")
     c.fail("hidden_act", "'" + *act + "' is not supported (only silu)");
-  for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (c.get_bool(bias).value_or(false)) c.fail(bias, "biases are not supported");
+  if (c.get_bool("mlp_bias").value_or(false)) c.fail("mlp_bias", "biases are not supported");
+  // Qwen2's projections always carry biases (its config has no such key);
+  // the others' never do.
+  if (auto bias = c.get_bool("attention_bias"); bias && *bias != arch.qkv_bias)
+    c.fail("attention_bias", std::string(*bias ? "true" : "false") + " is not supported for " + name + " (" +
+                                 (arch.qkv_bias ? "its q/k/v projections have biases" : "biases are not supported") + ")");
+  // Sliding-window layers would attend differently from the decoder's full attention.
+  if (c.get_bool("use_sliding_window").value_or(false))
+    c.fail("use_sliding_window", "true is not supported (only full attention in every layer)");
+  if (const json::value* lt = c.find("layer_types")) {
+    if (!lt->is_array()) c.fail("layer_types", "not an array");
+    for (const auto& t : lt->as_array())
+      if (!t.is_string() || t.as_string() != "full_attention")
+        c.fail("layer_types", json::serialize(t) + " is not supported (only \"full_attention\")");
+  }
 
   const int64_t dim = c.need_int("hidden_size");
   const int64_t heads = c.need_int("num_attention_heads");
@@ -113,16 +184,17 @@ void read_config(const JsonFile& c, MetadataImage& m, bool& tied) {
   }
   if (*head_dim <= 0 || *head_dim % 2 != 0) c.fail("head_dim", std::to_string(*head_dim) + " is not a positive even number");
 
-  m.str("general.architecture", "llama");
-  m.u32("llama.block_count", c.need_int("num_hidden_layers"));
-  m.u32("llama.embedding_length", dim);
-  m.u32("llama.feed_forward_length", c.need_int("intermediate_size"));
-  m.u32("llama.attention.head_count", heads);
-  m.u32("llama.attention.head_count_kv", kv_heads);
-  m.u32("llama.attention.key_length", *head_dim);
-  m.u32("llama.context_length", c.need_int("max_position_embeddings"));
-  m.f32("llama.attention.layer_norm_rms_epsilon", c.get_float("rms_norm_eps").value_or(1e-6));
-  m.u32("llama.rope.dimension_count", *head_dim);
+  out.layers = c.need_int("num_hidden_layers");
+  m.str("general.architecture", std::string(arch.gguf));
+  m.u32(p + "block_count", out.layers);
+  m.u32(p + "embedding_length", dim);
+  m.u32(p + "feed_forward_length", c.need_int("intermediate_size"));
+  m.u32(p + "attention.head_count", heads);
+  m.u32(p + "attention.head_count_kv", kv_heads);
+  m.u32(p + "attention.key_length", *head_dim);
+  m.u32(p + "context_length", c.need_int("max_position_embeddings"));
+  m.f32(p + "attention.layer_norm_rms_epsilon", c.get_float("rms_norm_eps").value_or(1e-6));
+  m.u32(p + "rope.dimension_count", *head_dim);
   m.boolean(kRopeNeoxKey, true);
 
   // RoPE: rope_theta and rope_scaling, or (newer transformers) rope_parameters
@@ -136,7 +208,7 @@ void read_config(const JsonFile& c, MetadataImage& m, bool& tied) {
       if (!t->is_number()) c.fail(where + ".rope_theta", "not a number");
       theta = t->to_number<double>();
     }
-  m.f32("llama.rope.freq_base", theta.value_or(10000.0));
+  m.f32(p + "rope.freq_base", theta.value_or(10000.0));
   if (rs) {
     const auto& s = rs->as_object();
     const json::value* type = s.if_contains("rope_type");
@@ -151,37 +223,27 @@ void read_config(const JsonFile& c, MetadataImage& m, bool& tied) {
       const json::value* f = s.if_contains("factor");
       if (!f || !f->is_number() || f->to_number<double>() <= 0)
         c.fail(where + ".factor", "missing or not a positive number");
-      m.str("llama.rope.scaling.type", "linear");
-      m.f32("llama.rope.scaling.factor", f->to_number<double>());
+      m.str(p + "rope.scaling.type", "linear");
+      m.f32(p + "rope.scaling.factor", f->to_number<double>());
     } else if (t != "default") {
       c.fail(key, "'" + t + "' is not supported (only linear)");
     }
   }
-  tied = c.get_bool("tie_word_embeddings").value_or(false);
+  out.tied = c.get_bool("tie_word_embeddings").value_or(false);
+  return out;
 }
 
 // ---- weights ---------------------------------------------------------------------
 
-// HF Llama tensor name -> GGUF name; "" for names a checkpoint may carry unused.
-std::optional<std::string> gguf_name(const std::string& hf) {
+// HF tensor name -> GGUF name; "" for names a checkpoint may carry unused.
+std::optional<std::string> gguf_name(const std::map<std::string, std::string, std::less<>>& layer,
+                                     const std::string& hf) {
   static const std::map<std::string, std::string, std::less<>> top = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
       {"lm_head.weight", "output.weight"},
   };
   if (auto it = top.find(hf); it != top.end()) return it->second;
-  static const std::map<std::string, std::string, std::less<>> layer = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"},
-      {"self_attn.rotary_emb.inv_freq", ""},  // older checkpoints save RoPE's table
-  };
   constexpr std::string_view prefix = "model.layers.";
   if (!hf.starts_with(prefix)) return std::nullopt;
   const size_t dot = hf.find('.', prefix.size());
@@ -205,14 +267,16 @@ struct Weights {
   std::vector<std::shared_ptr<const void>> keep;
 };
 
-Weights read_weights(const std::string& dir, bool tied) {
+Weights read_weights(const std::string& dir, const Config& cfg) {
   Weights w;
+  const bool tied = cfg.tied;
+  const auto layer = layer_tensors(*cfg.arch);
   const auto checkpoint = SafetensorsCheckpoint::open(dir);
   for (const auto& st : checkpoint.files()) {
     for (const auto& t : st->tensors()) {
       auto fail = [&](const std::string& msg) { throw LoadError(st->path(), t.offset, "tensor '" + t.name + "': " + msg); };
-      const auto gguf = gguf_name(t.name);
-      if (!gguf) fail("not a LlamaForCausalLM weight (unsupported architecture variant?)");
+      const auto gguf = gguf_name(layer, t.name);
+      if (!gguf) fail("not a " + std::string(cfg.arch->hf) + " weight (unsupported architecture variant?)");
       if (gguf->empty() || (tied && *gguf == "output.weight")) continue;  // unused
       const auto type = weight_type(t.dtype);
       if (!type) fail("dtype " + t.dtype + " is not supported (only BF16, F16, F32)");
@@ -247,6 +311,16 @@ Weights read_weights(const std::string& dir, bool tied) {
   if (!tied && !checkpoint.find("lm_head.weight").tensor)
     throw LoadError(dir + "/config.json", 0,
                     "key 'tie_word_embeddings': false, but the checkpoint has no tensor 'lm_head.weight'");
+  // Named here in HF's terms: the loader would report the GGUF name.
+  const std::string weights = dir + "/" + (checkpoint.sharded() ? kSafetensorsIndex : "model.safetensors");
+  for (const char* top : {"model.embed_tokens.weight", "model.norm.weight"})
+    if (!checkpoint.find(top).tensor) throw LoadError(weights, 0, "tensor '" + std::string(top) + "' is missing");
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    for (const auto& [hf, gguf] : layer) {
+      const std::string name = "model.layers." + std::to_string(l) + "." + hf;
+      if (!gguf.empty() && !checkpoint.find(name).tensor)
+        throw LoadError(weights, 0, "tensor '" + name + "' is missing (" + std::string(cfg.arch->hf) + " has it in every layer)");
+    }
   return w;
 }
 
@@ -322,7 +396,14 @@ void read_tokenizer(const std::string& dir, MetadataImage& m) {
   if (t != "BPE") tj.fail("model.type", "'" + t + "' is not supported (only byte-level BPE)");
   if (const auto* bf = mo.if_contains("byte_fallback"); bf && bf->is_bool() && bf->as_bool())
     tj.fail("model.byte_fallback", "SentencePiece-style BPE is not supported (only byte-level BPE)");
-  if (tj.find("normalizer")) tj.fail("normalizer", "normalizers are not supported (byte-level BPE has none)");
+  if (const json::value* n = tj.find("normalizer")) {
+    // Qwen's tokenizers NFC-normalize first. inferd does not: text already in
+    // NFC (what editors and keyboards produce) is the same either way; only
+    // decomposed input (e.g. "e" + U+0301) tokenizes differently.
+    const json::value* nt = n->is_object() ? n->as_object().if_contains("type") : nullptr;
+    if (!nt || !nt->is_string() || nt->as_string() != "NFC")
+      tj.fail("normalizer", json::serialize(*n) + " is not supported (only none or NFC)");
+  }
 
   // Vocabulary: model.vocab plus added_tokens, dense ids.
   std::map<int64_t, std::pair<std::string, int32_t>> by_id;  // id -> (text, TokenType)
@@ -455,11 +536,10 @@ std::unique_ptr<GgufFile> open_hf_checkpoint(const std::string& dir_in) {
     read_tokenizer(dir, m);
     return GgufFile::assemble(m.image(), dir, {}, {});
   }
-  bool tied = false;
-  read_config(config, m, tied);
+  const Config cfg = read_config(config, m);
   m.str("general.name", std::filesystem::path(dir).filename().string());
   read_tokenizer(dir, m);
-  Weights w = read_weights(dir, tied);
+  Weights w = read_weights(dir, cfg);
   return GgufFile::assemble(m.image(), dir, std::move(w.tensors), std::move(w.keep));
 }
 

@@ -6,7 +6,8 @@
 // already read, and the tensors, renamed to GGUF's names, point into the mapped
 // safetensors files (no copy; only the small norm vectors are widened to F32).
 //
-// Supported: LlamaForCausalLM with BF16, F16 or F32 weights, linear RoPE scaling,
+// Supported: LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM (the shared
+// decoder, engine/models/decoder.hpp) with BF16, F16 or F32 weights, linear RoPE scaling,
 // and byte-level BPE tokenizers. Anything else is refused with a LoadError naming
 // the file and the key or tensor. A model_type deepseek_v4 checkpoint becomes a
 // GgufFile without tensors (architecture deepseek_v4, its context and its
