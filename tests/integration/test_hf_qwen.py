@@ -1,0 +1,53 @@
+"""A Hugging Face Qwen2ForCausalLM checkpoint directory served by the real
+daemon: the tiny random Qwen2 of tests/golden/hf-qwen2-tiny
+(tools/make_hf_qwen_golden.py). Prompts tokenize as the `tokenizers` library
+does, a chat request renders through the checkpoint's ChatML template to
+transformers' ids, and its 16 greedy tokens (past end-of-sequence, compared
+byte for byte through logprobs) are those transformers generates in float32."""
+import json
+
+import openai
+import pytest
+
+from conftest import SRC, Daemon
+
+TINY = SRC / "tests" / "golden" / "hf-qwen2-tiny"
+GOLDEN = json.loads((SRC / "tests" / "golden" / "hf_qwen2_tiny.json").read_text())
+SHAPES = ["--max-model-len", "256", "--max-num-batched-tokens", "128", "--max-num-seqs", "4"]
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    d = Daemon(["--model", str(TINY)] + SHAPES, wait_state="Serving", timeout=300)
+    yield d
+    d.stop()
+
+
+def test_listed_and_padding_ids_reported(daemon):
+    assert [m["id"] for m in daemon.get("/v1/models").json()["data"]] == ["hf-qwen2-tiny"]
+    out = daemon.output()
+    assert "the model outputs 448 ids, the tokenizer has 405 tokens" in out, out[-4000:]
+
+
+def test_prompts_tokenize_as_the_tokenizers_library_does(daemon):
+    for case in GOLDEN["tokenize"]:
+        r = daemon.post("/tokenize", json={"prompt": case["text"], "add_special_tokens": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["tokens"] == case["ids"], case["text"]
+
+
+def test_chat_renders_chatml_and_decodes_transformers_greedy_tokens(daemon):
+    chat = GOLDEN["chat"]
+    t = daemon.post("/tokenize", json={"messages": chat["messages"], "add_generation_prompt": True})
+    assert t.status_code == 200, t.text
+    assert t.json()["tokens"] == chat["ids"]
+    assert daemon.post("/detokenize", json={"tokens": chat["ids"]}).json()["prompt"] == chat["rendered"]
+
+    c = openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    r = c.chat.completions.create(model="hf-qwen2-tiny", messages=chat["messages"], max_tokens=16, temperature=0,
+                                  logprobs=True, extra_body={"ignore_eos": True})
+    assert r.usage.prompt_tokens == len(chat["ids"])
+    assert r.usage.completion_tokens == 16
+    assert r.choices[0].finish_reason == "length"
+    assert [tok.bytes for tok in r.choices[0].logprobs.content] == chat["greedy_bytes"]
+    assert r.choices[0].message.content == chat["text"]  # decoded as the tokenizers library decodes
