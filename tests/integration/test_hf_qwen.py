@@ -3,13 +3,15 @@ daemon: the tiny random Qwen2 of tests/golden/hf-qwen2-tiny
 (tools/make_hf_qwen_golden.py). Prompts tokenize as the `tokenizers` library
 does, a chat request renders through the checkpoint's ChatML template to
 transformers' ids, and its 16 greedy tokens (past end-of-sequence, compared
-byte for byte through logprobs) are those transformers generates in float32."""
+byte for byte through logprobs) are those transformers generates in float32,
+on one rank and on two tensor-parallel ranks (each holding a slice of the
+q/k/v biases and of the padded vocabulary)."""
 import json
 
 import openai
 import pytest
 
-from conftest import SRC, Daemon
+from conftest import SRC, Daemon, free_port
 
 TINY = SRC / "tests" / "golden" / "hf-qwen2-tiny"
 GOLDEN = json.loads((SRC / "tests" / "golden" / "hf_qwen2_tiny.json").read_text())
@@ -36,6 +38,12 @@ def test_prompts_tokenize_as_the_tokenizers_library_does(daemon):
         assert r.json()["tokens"] == case["ids"], case["text"]
 
 
+def chat_greedy(daemon):
+    c = openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return c.chat.completions.create(model="hf-qwen2-tiny", messages=GOLDEN["chat"]["messages"], max_tokens=16,
+                                     temperature=0, logprobs=True, extra_body={"ignore_eos": True})
+
+
 def test_chat_renders_chatml_and_decodes_transformers_greedy_tokens(daemon):
     chat = GOLDEN["chat"]
     t = daemon.post("/tokenize", json={"messages": chat["messages"], "add_generation_prompt": True})
@@ -43,11 +51,25 @@ def test_chat_renders_chatml_and_decodes_transformers_greedy_tokens(daemon):
     assert t.json()["tokens"] == chat["ids"]
     assert daemon.post("/detokenize", json={"tokens": chat["ids"]}).json()["prompt"] == chat["rendered"]
 
-    c = openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-    r = c.chat.completions.create(model="hf-qwen2-tiny", messages=chat["messages"], max_tokens=16, temperature=0,
-                                  logprobs=True, extra_body={"ignore_eos": True})
+    r = chat_greedy(daemon)
     assert r.usage.prompt_tokens == len(chat["ids"])
     assert r.usage.completion_tokens == 16
     assert r.choices[0].finish_reason == "length"
     assert [tok.bytes for tok in r.choices[0].logprobs.content] == chat["greedy_bytes"]
     assert r.choices[0].message.content == chat["text"]  # decoded as the tokenizers library decodes
+
+
+def test_tensor_parallel_ranks_give_transformers_greedy_tokens():
+    port = free_port(2)
+    group = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    rank = ["--model", str(TINY), "--no-warmup", "--threads", "1"] + SHAPES + group
+    worker = Daemon(rank + ["--node-rank", "1", "--headless"])
+    try:
+        head = Daemon(rank + ["--node-rank", "0"], wait_state="Serving", timeout=180)
+        try:
+            r = chat_greedy(head)
+        finally:
+            head.stop()
+    finally:
+        worker.stop()
+    assert [tok.bytes for tok in r.choices[0].logprobs.content] == GOLDEN["chat"]["greedy_bytes"]
