@@ -659,6 +659,9 @@ void Engine::sample_seq(const ScheduledSeq& s, int row, const DeviceDraws* draws
 }
 
 void Engine::end(Live& r, FinishReason why, std::string error, Delta d) {
+  // The scheduler no longer runs it: say so before its client can read the
+  // gauges, which were published at the step's start.
+  n_running_.store(static_cast<int>(scheduler_->num_running()));
   d.finish = why;
   d.error = std::move(error);
   d.usage = {static_cast<int>(r.req.prompt.size()), r.n_generated, r.cached_tokens};

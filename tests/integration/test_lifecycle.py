@@ -147,7 +147,9 @@ def test_sigint_stops_too(start_daemon):
 def test_drain_waits_for_a_request_in_flight(start_daemon):
     """A generation running when SIGTERM arrives finishes before the process exits."""
     # Supervision off: its generation probe would also count as running, and a
-    # SIGTERM timed by it could come before this request was sent.
+    # SIGTERM timed by it could come before this request was sent. (So could
+    # `first` while the gauge still counted it: the engine now lowers the gauge
+    # before a finished request's answer leaves.)
     cfg = write_config("[server]\ndrain_timeout_s = 60\n[health]\nenable = false\n")
     try:
         d = start_daemon(["--config", cfg])

@@ -275,6 +275,28 @@ TEST_CASE("engine: max_tokens near INT32_MAX is refused, not overflowed") {
   }
 }
 
+TEST_CASE("engine: a finished request is no longer counted as running when its answer leaves") {
+  // A client that reads the gauges after its answer must not see itself running
+  // (a drain timed by them would stop before the next request was sent).
+  engine::Engine eng(small_options());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<int> running_at_finish;
+  engine::GenerationRequest r;
+  r.prompt = {1, 30, 800};
+  r.max_tokens = 1;
+  r.sink = [&](engine::Delta&& d) {
+    if (d.finish == engine::FinishReason::None) return;
+    std::lock_guard lk(mu);
+    running_at_finish = eng.stats().running;
+    cv.notify_all();
+  };
+  eng.submit(std::move(r));
+  std::unique_lock lk(mu);
+  test_engine::wait_finished(eng, lk, cv, [&] { return running_at_finish.has_value(); });
+  CHECK(*running_at_finish == 0);
+}
+
 TEST_CASE("engine: max_model_len past the trained context, or a KV cache too small for it, is refused") {
   auto o = small_options();
   o.max_model_len = 8193;  // SmolLM2 is trained for 8192
