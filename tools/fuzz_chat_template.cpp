@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ChatPrompt prompt;
   try {
     const ChatTemplate tmpl(source, "fuzz", "<s>", "</s>");
-    prompt = tmpl.render(messages, (data[0] & 4) != 0, {{}, {}, 0});
+    prompt = tmpl.render(messages, (data[0] & 4) != 0, {.now = 0});
   } catch (const ChatTemplateError& e) {
     if (builtin && std::string_view(e.what()).find("messages[") != 0) fail("ChatTemplateError not naming the message");
     return 0;

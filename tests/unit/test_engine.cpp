@@ -381,8 +381,9 @@ TEST_CASE("engine on a backend that captures steps: decode steps padded to graph
   // and replayed after at every later position (the contexts cross block bounds).
   REQUIRE(cap != nullptr);
   CHECK(cap->records.count(8) == 1);
-  for (const auto& [size, n] : cap->records) {
-    CAPTURE(size);
+  for (const auto& record : cap->records) {
+    const auto& [size, n] = record;
+    CAPTURE(record.first);
     CHECK(n == 1);
   }
   CHECK(cap->replays[8] >= 5);

@@ -425,7 +425,8 @@ TEST_CASE("float matmul of every SIMD table against scalar, over shapes, token c
     CAPTURE(isa);
     for (DType type : {DType::F16, DType::BF16, DType::F32}) {
       const double rel = 1e-4;
-      for (const auto& [rows, cols] : shapes) {
+      for (const auto& shape : shapes) {
+        const int64_t rows = shape.first, cols = shape.second;  // plain variables: CHECK_MESSAGE's lambda names them
         const TestWeight w = make_weight(type, rows, cols, 90 + static_cast<uint32_t>(rows + cols));
         for (int64_t nt : token_counts) {
           const auto x = random_floats(nt * cols, 91 + static_cast<uint32_t>(nt), -3.0f, 3.0f);

@@ -103,7 +103,8 @@ TEST_CASE("exact precision matches transformers float32 on the default model" * 
     CAPTURE(c.at("prompt").as_string());
     const auto ids = ints(c.at("ids"));
     const float* l = r.prefill(ids);
-    for (auto [pos, row] : {std::pair{"0", 0}, std::pair{"9", 1}}) {
+    for (const auto& [at, row] : {std::pair{"0", 0}, std::pair{"9", 1}}) {
+      const char* pos = at;  // a plain variable: CAPTURE's lambda cannot name a structured binding (clang)
       const auto lp = log_softmax(l + size_t(row) * r.vocab, r.vocab);
       for (const auto& e : c.at("top_logprobs").at(pos).as_array()) {
         const int tok = int(e.as_array()[0].as_int64());
@@ -132,7 +133,8 @@ TEST_CASE("fast precision stays within quantization noise of llama.cpp" * doctes
     CAPTURE(c.at("prompt").as_string());
     const auto ids = ints(c.at("ids"));
     const float* l = r.prefill(ids);
-    for (auto [pos, row] : {std::pair{"0", 0}, std::pair{"9", 1}}) {
+    for (const auto& [at, row] : {std::pair{"0", 0}, std::pair{"9", 1}}) {
+      const char* pos = at;  // a plain variable: CAPTURE's lambda cannot name a structured binding (clang)
       const auto lp = log_softmax(l + size_t(row) * r.vocab, r.vocab);
       double sum = 0;
       const auto& top = c.at("top_logprobs").at(pos).as_array();

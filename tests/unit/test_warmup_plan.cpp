@@ -169,7 +169,7 @@ TEST_CASE("warm-up run: a real plan touches exactly the traced reachable keys" *
   // Nothing the run touched lies outside the reachable set.
   std::set<std::string> want;
   for (const auto& k : reachable) want.insert(k.str());
-  for (const auto& [key, use] : reg.snapshot()) CHECK_MESSAGE(want.count(key.str()), key.str());
+  for (const auto& entry : reg.snapshot()) CHECK_MESSAGE(want.count(entry.first.str()), entry.first.str());
 
   // The gate names a reachable key that was never touched. This second run is
   // not served from the prefix cache: it touches every other key again.
@@ -267,7 +267,8 @@ TEST_CASE("warm-up run: on a backend that captures, the gate needs every graph s
   INFO(warmup::summarize(report));
   CHECK(report.passed());
   CHECK(report.keys_covered == reachable.size());
-  for (const auto& [key, use] : kernels::ShapeRegistry::global().snapshot()) CHECK_MESSAGE(want.count(key.str()), key.str());
+  for (const auto& entry : kernels::ShapeRegistry::global().snapshot())
+    CHECK_MESSAGE(want.count(entry.first.str()), entry.first.str());
   REQUIRE(cap != nullptr);
   for (int b : {1, 3, 4}) {
     CAPTURE(b);
