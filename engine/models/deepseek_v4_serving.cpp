@@ -11,8 +11,7 @@
 // geometry: the rows are float32). What each sequence keeps bounded (its
 // window's keys and the compressors' unpooled inputs, a few windows' worth) is
 // held here, keyed by the scheduler's sequence id.
-#include <spdlog/spdlog.h>
-
+#include <algorithm>
 #include <stdexcept>
 #include <unordered_map>
 
