@@ -1,4 +1,5 @@
 """Fixtures that start the real inferd binary on a free loopback port."""
+import contextlib
 import functools
 import os
 import pathlib
@@ -136,6 +137,23 @@ _ports_given = set()
 # either daemon has bound it.
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
+@contextlib.contextmanager
+def two_rank_group(args):
+    """A head and a headless worker forming a tensor-parallel group of two on
+    loopback, each started with `args`; yields the head once it serves."""
+    group = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1",
+             "--master-port", str(free_port(2))]
+    worker = Daemon(list(args) + group + ["--node-rank", "1", "--headless"])
+    try:
+        head = Daemon(list(args) + group + ["--node-rank", "0"], wait_state="Serving", timeout=180)
+        try:
+            yield head
+        finally:
+            head.stop()
+    finally:
+        worker.stop()
 
 
 def rendered_prompt(d, **body):

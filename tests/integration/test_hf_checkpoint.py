@@ -11,7 +11,7 @@ import subprocess
 import openai
 import pytest
 
-from conftest import INFERD, SRC, Daemon, free_port
+from conftest import INFERD, SRC, Daemon, free_port, two_rank_group
 
 TINY = SRC / "tests" / "golden" / "hf-tiny"
 # The checkpoint's trained context is 256 tokens.
@@ -81,17 +81,7 @@ def test_tensor_parallel_ranks_match_one():
                                                temperature=0).choices[0].text for p in prompts]
     finally:
         one.stop()
-    port = free_port(2)
-    group = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
-    rank = ["--model", str(TINY), "--no-warmup", "--threads", "1"] + SHAPES + group
-    worker = Daemon(rank + ["--node-rank", "1", "--headless"])
-    try:
-        head = Daemon(rank + ["--node-rank", "0"], wait_state="Serving", timeout=180)
-        try:
-            got = [client(head).completions.create(model="hf-tiny", prompt=p, max_tokens=8,
-                                                   temperature=0).choices[0].text for p in prompts]
-        finally:
-            head.stop()
-    finally:
-        worker.stop()
+    with two_rank_group(["--model", str(TINY), "--no-warmup", "--threads", "1"] + SHAPES) as head:
+        got = [client(head).completions.create(model="hf-tiny", prompt=p, max_tokens=8,
+                                               temperature=0).choices[0].text for p in prompts]
     assert got == want

@@ -11,7 +11,7 @@ import json
 import openai
 import pytest
 
-from conftest import SRC, Daemon, free_port
+from conftest import SRC, Daemon, two_rank_group
 
 TINY = SRC / "tests" / "golden" / "hf-qwen2-tiny"
 GOLDEN = json.loads((SRC / "tests" / "golden" / "hf_qwen2_tiny.json").read_text())
@@ -60,16 +60,6 @@ def test_chat_renders_chatml_and_decodes_transformers_greedy_tokens(daemon):
 
 
 def test_tensor_parallel_ranks_give_transformers_greedy_tokens():
-    port = free_port(2)
-    group = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
-    rank = ["--model", str(TINY), "--no-warmup", "--threads", "1"] + SHAPES + group
-    worker = Daemon(rank + ["--node-rank", "1", "--headless"])
-    try:
-        head = Daemon(rank + ["--node-rank", "0"], wait_state="Serving", timeout=180)
-        try:
-            r = chat_greedy(head)
-        finally:
-            head.stop()
-    finally:
-        worker.stop()
+    with two_rank_group(["--model", str(TINY), "--no-warmup", "--threads", "1"] + SHAPES) as head:
+        r = chat_greedy(head)
     assert [tok.bytes for tok in r.choices[0].logprobs.content] == GOLDEN["chat"]["greedy_bytes"]
