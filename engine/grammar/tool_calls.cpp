@@ -98,9 +98,10 @@ std::string unquoted(const std::string& json_text) {
 // What may follow once parameters before `i` are written (or skipped): any
 // later parameter whose earlier ones are all optional, or the invoke's end when
 // all the rest are. Nodes are made back to front, so each refers to later ones.
-int dsml_parameters(Grammar& g, const Node& args) {
-  const auto& props = args.properties;
-  if (props.empty() && args.values >= 0)
+int dsml_parameters(Grammar& g, int args_node) {
+  // Copies: adding nodes below moves g.nodes.
+  const std::vector<Property> props = g.nodes[static_cast<size_t>(args_node)].properties;
+  if (props.empty() && g.nodes[static_cast<size_t>(args_node)].values >= 0)
     throw std::invalid_argument("DSML parameters cannot hold an object with free keys");
   Node empty;  // nothing: the frame passes the byte on
   empty.kind = Kind::Sequence;
@@ -114,7 +115,7 @@ int dsml_parameters(Grammar& g, const Node& args) {
       const std::string name = unquoted(props[j].key);
       if (name.find_first_of("\"<>\n\r") != std::string::npos)
         throw std::invalid_argument("parameter name `" + name + "` cannot be written as a DSML attribute");
-      const Node& value = g.nodes[static_cast<size_t>(props[j].value)];
+      const Node value = g.nodes[static_cast<size_t>(props[j].value)];
       const bool all_strings =
           value.kind == Kind::Literals &&
           std::all_of(value.literals.begin(), value.literals.end(), [](const std::string& l) { return l[0] == '"'; });
@@ -187,7 +188,7 @@ Grammar dsml_tool_calls_grammar(const std::vector<ToolGrammar>& tools, int max_c
     if (g.nodes[static_cast<size_t>(args)].kind != Kind::Object)
       throw std::invalid_argument("the parameters of `" + t.name + "` must describe an object");
     heads.push_back("<｜DSML｜invoke name=\"" + t.name + "\">\n");
-    params.push_back(dsml_parameters(g, g.nodes[static_cast<size_t>(args)]));
+    params.push_back(dsml_parameters(g, args));
   }
   const std::string close = "</｜DSML｜" + block + ">";
   // After a call: another one (unless only one is allowed) or the block's end.
