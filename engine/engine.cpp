@@ -470,10 +470,9 @@ void Engine::corrupt_if_armed() {
 
 void Engine::step() {
   const StepPlan plan = scheduler_->schedule();
-  if (model_->holds_sequence_state()) {  // even when nothing runs this step
-    model_->release_sequences(plan.finished);
-    model_->release_sequences(plan.preempted);
-  }
+  // Even when nothing runs this step: a model that holds states lets these go.
+  model_->release_sequences(plan.finished);
+  model_->release_sequences(plan.preempted);
   if (plan.empty()) return;
   // Counts first: a client that sees this step's tokens must find the requests
   // it admitted counted as running, not still waiting (admission reads them).

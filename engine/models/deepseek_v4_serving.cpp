@@ -35,7 +35,8 @@ class DeepseekV4Sequences final : public Model {
   }
   void drop_sequences() override { states_.clear(); }
 
-  // The cache must be the one config() asked for, in blocks that hold whole windows.
+  // The cache must be the one config() asked for, in blocks that hold whole
+  // windows (the engine asks once, at start-up, not every step).
   void check_kv_cache(const KvGeometry& g) const override {
     if (g.type != kernels::DType::F16 || g.n_layers != config_.kv_layers || g.head_dim != config_.head_dim ||
         g.n_kv_heads != 1)
@@ -52,7 +53,6 @@ class DeepseekV4Sequences final : public Model {
   void forward(const StepBatch& batch, KvCache& kv, float* logits, int32_t*) override {
     if (!batch.sampling.empty()) throw std::logic_error("deepseek_v4: sampling on the device is not supported");
     if (batch.seqs.size() != batch.size()) throw std::logic_error("deepseek_v4: a step without its sequence ids");
-    check_kv_cache(kv.geometry());
     std::vector<DeepseekV4Feed> feeds;
     for (size_t first = 0; first < batch.size();) {
       size_t end = first + 1;
