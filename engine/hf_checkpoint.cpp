@@ -396,13 +396,12 @@ void read_tokenizer(const std::string& dir, MetadataImage& m) {
   if (t != "BPE") tj.fail("model.type", "'" + t + "' is not supported (only byte-level BPE)");
   if (const auto* bf = mo.if_contains("byte_fallback"); bf && bf->is_bool() && bf->as_bool())
     tj.fail("model.byte_fallback", "SentencePiece-style BPE is not supported (only byte-level BPE)");
-  if (const json::value* n = tj.find("normalizer")) {
-    // Qwen's tokenizers NFC-normalize first. inferd does not: text already in
-    // NFC (what editors and keyboards produce) is the same either way; only
-    // decomposed input (e.g. "e" + U+0301) tokenizes differently.
+  bool nfc = false;  // Qwen's tokenizers NFC-normalize the text between special tokens first
+  if (const json::value* n = tj.find("normalizer"); n && !n->is_null()) {
     const json::value* nt = n->is_object() ? n->as_object().if_contains("type") : nullptr;
     if (!nt || !nt->is_string() || nt->as_string() != "NFC")
       tj.fail("normalizer", json::serialize(*n) + " is not supported (only none or NFC)");
+    nfc = true;
   }
 
   // Vocabulary: model.vocab plus added_tokens, dense ids.
@@ -455,6 +454,7 @@ void read_tokenizer(const std::string& dir, MetadataImage& m) {
   }
   m.str("tokenizer.ggml.model", "gpt2");
   m.str("tokenizer.ggml.pre", pre_tokenizer_family(tj));
+  if (nfc) m.str("inferd.tokenizer.normalizer", "NFC");
   m.strings("tokenizer.ggml.tokens", tokens);
   m.i32s("tokenizer.ggml.token_type", types);
   m.strings("tokenizer.ggml.merges", merges);

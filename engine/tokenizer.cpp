@@ -1,8 +1,10 @@
 #include "engine/tokenizer.hpp"
 
 #include <spdlog/spdlog.h>
+#include <utf8proc.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <queue>
 #include <stdexcept>
@@ -80,6 +82,21 @@ constexpr std::string_view kEndOfTurn[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id
 constexpr size_t kCacheLimit = 1 << 16;  // entries
 constexpr size_t kCacheMaxPiece = 64;     // bytes
 
+// Canonical composition (Unicode NFC) by utf8proc, the normalizer Qwen's
+// tokenizer.json names. `text` is well-formed UTF-8; ASCII is its own NFC.
+std::string nfc(std::string_view text) {
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+    return std::string(text);
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
+                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) throw std::runtime_error(std::string("NFC normalization: ") + utf8proc_errmsg(n));
+  std::string composed(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return composed;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(TokenizerSpec spec)
@@ -92,7 +109,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec)
       unk_(spec.unk),
       add_bos_(spec.add_bos),
       add_eos_(spec.add_eos),
-      add_space_prefix_(spec.model == TokenizerModel::SentencePiece && spec.add_space_prefix) {
+      add_space_prefix_(spec.model == TokenizerModel::SentencePiece && spec.add_space_prefix),
+      normalize_nfc_(spec.model == TokenizerModel::ByteLevelBpe && spec.normalize_nfc) {
   const bool sentencepiece = model_ == TokenizerModel::SentencePiece;
   const size_t n = tokens_.size();
   if (n == 0) throw std::invalid_argument("tokenizer: empty vocabulary");
@@ -246,6 +264,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
   spec.eom = id("tokenizer.ggml.eom_token_id", -1);
   spec.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(sentencepiece);
   spec.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  // Not a GGUF key: Hugging Face directories (engine/hf_checkpoint.cpp) carry their normalizer so.
+  if (auto norm = file.get_string("inferd.tokenizer.normalizer")) {
+    if (*norm != "NFC" || sentencepiece)
+      throw fail("inferd.tokenizer.normalizer = '" + *norm + "' is not supported (only NFC, byte-level BPE)");
+    spec.normalize_nfc = true;
+  }
   try {
     return std::make_unique<Tokenizer>(std::move(spec));
   } catch (const std::invalid_argument& e) {
@@ -385,6 +409,11 @@ void Tokenizer::encode_text(std::string_view text, bool after_special, std::vect
       }
     }
     text = repaired;
+  }
+  if (normalize_nfc_) {
+    const std::string composed = nfc(text);
+    for (std::string_view piece : pre_.split(composed)) encode_piece(piece, out);
+    return;
   }
   for (std::string_view piece : pre_.split(text)) encode_piece(piece, out);
 }

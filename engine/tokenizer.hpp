@@ -53,6 +53,7 @@ struct TokenizerSpec {
   std::string pre = "gpt2";          // byte-level: pre-tokenizer family, see PreTokenizer
   std::vector<float> scores;         // SentencePiece: one per token, higher merges first; empty: all 0
   bool add_space_prefix = false;     // SentencePiece: a space before the text and after each special token
+  bool normalize_nfc = false;        // byte-level: text between special tokens is NFC-normalized first (Qwen)
   int32_t bos = -1, eos = -1, unk = -1, eot = -1, eom = -1;  // -1: none
   bool add_bos = false, add_eos = false;
 };
@@ -135,7 +136,7 @@ class Tokenizer {
   std::vector<int32_t> stop_ids_;
   PreTokenizer pre_;
   int32_t bos_, eos_, unk_;
-  bool add_bos_, add_eos_, add_space_prefix_;
+  bool add_bos_, add_eos_, add_space_prefix_, normalize_nfc_;
 
   // Pieces repeat a lot in real text; remember their ids.
   mutable std::mutex cache_mutex_;

@@ -6,7 +6,7 @@ set -euo pipefail
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 APT_PKGS=(build-essential pkg-config meson ninja-build python3-pip unzip curl
   libboost1.81-dev libboost-json1.81-dev libspdlog-dev libtomlplusplus-dev doctest-dev
-  libsystemd-dev libpcre2-dev libssl-dev libgloo-dev libibverbs-dev cmake systemd stress-ng iproute2 nftables clang)
+  libsystemd-dev libpcre2-dev libutf8proc-dev libssl-dev libgloo-dev libibverbs-dev cmake systemd stress-ng iproute2 nftables clang)
 missing=()
 for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,7 +1,7 @@
 """A Hugging Face Qwen2ForCausalLM checkpoint directory served by the real
 daemon: the tiny random Qwen2 of tests/golden/hf-qwen2-tiny
 (tools/make_hf_qwen_golden.py). Prompts tokenize as the `tokenizers` library
-does, a chat request renders through the checkpoint's ChatML template to
+does (decomposed text NFC-normalized first), a chat request renders through the checkpoint's ChatML template to
 transformers' ids, and its 16 greedy tokens (past end-of-sequence, compared
 byte for byte through logprobs) are those transformers generates in float32,
 on one rank and on two tensor-parallel ranks (each holding a slice of the
@@ -15,6 +15,7 @@ from conftest import SRC, Daemon, two_rank_group
 
 TINY = SRC / "tests" / "golden" / "hf-qwen2-tiny"
 GOLDEN = json.loads((SRC / "tests" / "golden" / "hf_qwen2_tiny.json").read_text())
+NFC_CASES = json.loads((SRC / "tests" / "golden" / "tokenize_nfc.json").read_text())["cases"]
 SHAPES = ["--max-model-len", "256", "--max-num-batched-tokens", "128", "--max-num-seqs", "4"]
 
 
@@ -32,7 +33,8 @@ def test_listed_and_padding_ids_reported(daemon):
 
 
 def test_prompts_tokenize_as_the_tokenizers_library_does(daemon):
-    for case in GOLDEN["tokenize"]:
+    # NFC_CASES: decomposed text, which the checkpoint's NFC normalizer composes first.
+    for case in GOLDEN["tokenize"] + NFC_CASES:
         r = daemon.post("/tokenize", json={"prompt": case["text"], "add_special_tokens": True})
         assert r.status_code == 200, r.text
         assert r.json()["tokens"] == case["ids"], case["text"]

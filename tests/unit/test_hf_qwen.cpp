@@ -122,6 +122,24 @@ TEST_CASE("HF Qwen checkpoints: the tokenizer gives the tokenizers library's ids
   }
 }
 
+TEST_CASE("HF Qwen checkpoints: text between special tokens is NFC-normalized, as the tokenizers library does") {
+  // tests/golden/tokenize_nfc.json (tools/make_nfc_golden.py): decomposed
+  // accents, singletons (U+212B, U+2126), reordered marks, Hangul jamo; NFKC-only
+  // changes (ligatures, fractions) stay.
+  const auto file = engine::open_model(fixture("qwen2"));
+  const auto tok = engine::Tokenizer::from_gguf(*file);
+  const auto g = read_golden(test_paths::source_dir() + "/tests/golden/tokenize_nfc.json");
+  for (const auto& tv : g.at("cases").as_array()) {
+    const std::string text(tv.at("text").as_string());
+    CAPTURE(text);
+    CHECK(tok->encode(text, true, true) == ints(tv.at("ids")));
+  }
+  // A tokenizer.json without a normalizer keeps the bytes it is given.
+  const auto plain = engine::Tokenizer::from_gguf(*engine::open_model(test_paths::source_dir() + "/tests/golden/hf-tiny"));
+  CHECK(plain->encode("cafe\u0301", false, false) != plain->encode("caf\u00e9", false, false));
+  CHECK(plain->decode(plain->encode("cafe\u0301", false, false), false) == "cafe\u0301");
+}
+
 TEST_CASE("HF Qwen checkpoints: exact precision matches transformers float32") {
   for (const std::string arch : {"qwen2", "qwen3"}) {
     Runner r(fixture(arch));
