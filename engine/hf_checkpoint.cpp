@@ -2,14 +2,18 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "engine/json_file.hpp"
 #include "engine/pretokenizer.hpp"
@@ -46,6 +50,12 @@ class MetadataImage {
     put(static_cast<uint32_t>(GgufType::STRING));
     put(static_cast<uint64_t>(v.size()));
     for (const auto& s : v) put_string(s);
+  }
+  void f32s(const std::string& key, const std::vector<float>& v) {
+    begin(key, GgufType::ARRAY);
+    put(static_cast<uint32_t>(GgufType::F32));
+    put(static_cast<uint64_t>(v.size()));
+    for (float x : v) put(x);
   }
   void i32s(const std::string& key, const std::vector<int32_t>& v) {
     begin(key, GgufType::ARRAY);
@@ -386,6 +396,66 @@ std::string pre_tokenizer_family(const JsonFile& tj) {
   return *family;
 }
 
+// SentencePiece-style tokenizer.json (BPE with byte fallback: Llama 2, Mistral,
+// TinyLlama): whether the text gets a "▁" in front (and after each special
+// token), read from the two spellings transformers writes: the legacy
+// normalizer [Prepend "▁", Replace " " -> "▁"], or a Metaspace pre-tokenizer
+// that does both. Anything else is refused, naming the key.
+bool sentencepiece_space_prefix(const JsonFile& tj) {
+  const json::value* n = tj.find("normalizer");
+  const json::value* pre = tj.find("pre_tokenizer");
+  auto is = [](const json::value& v, std::string_view type) {
+    const auto* o = v.if_object();
+    const json::value* t = o ? o->if_contains("type") : nullptr;
+    return t && t->is_string() && t->as_string() == type;
+  };
+  auto str = [](const json::value& v, std::string_view key) -> std::string {
+    const json::value* f = v.is_object() ? v.as_object().if_contains(key) : nullptr;
+    return f && f->is_string() ? std::string(f->as_string()) : std::string();
+  };
+  if (n && !n->is_null()) {
+    if (pre && !pre->is_null()) tj.fail("pre_tokenizer", "a SentencePiece-style tokenizer with a normalizer takes none");
+    std::vector<json::value> steps{*n};
+    if (is(*n, "Sequence") && n->as_object().contains("normalizers") && n->as_object().at("normalizers").is_array())
+      steps.assign(n->as_object().at("normalizers").as_array().begin(), n->as_object().at("normalizers").as_array().end());
+    const bool prepend = steps.size() == 2 && is(steps[0], "Prepend") && str(steps[0], "prepend") == "\u2581";
+    const json::value& replace = steps.back();
+    const json::value* pattern = replace.is_object() ? replace.as_object().if_contains("pattern") : nullptr;
+    const bool spaces = is(replace, "Replace") && pattern && str(*pattern, "String") == " " && str(replace, "content") == "\u2581";
+    if (!spaces || (steps.size() == 2 && !prepend) || steps.size() > 2)
+      tj.fail("normalizer", json::serialize(*n) + " is not supported (SentencePiece-style: Prepend \"\u2581\" then Replace \" \" with \"\u2581\")");
+    return prepend;
+  }
+  if (!pre || !is(*pre, "Metaspace") || str(*pre, "replacement") != "\u2581")
+    tj.fail("pre_tokenizer", "a SentencePiece-style tokenizer needs the Prepend/Replace normalizer or a Metaspace pre-tokenizer");
+  const json::value* split = pre->as_object().if_contains("split");
+  if (split && split->is_bool() && split->as_bool())
+    tj.fail("pre_tokenizer.split", "true is not supported (SentencePiece does not split at spaces first)");
+  const std::string scheme = str(*pre, "prepend_scheme");
+  if (scheme != "always" && scheme != "never")
+    tj.fail("pre_tokenizer.prepend_scheme", "'" + scheme + "' is not supported (always or never)");
+  return scheme == "always";
+}
+
+// Scores for inferd's SentencePiece merge order (engine/sentencepiece_bpe.hpp),
+// which merges the adjacent pair whose joined token scores highest: each token
+// scores minus the rank of the first merge that makes it, so merges happen in
+// the file's order, and a token no merge makes scores -infinity (never made by
+// merging, as the `tokenizers` library never makes it).
+std::vector<float> merge_scores(const JsonFile& tj, const std::vector<std::string>& tokens,
+                                const std::vector<std::pair<std::string, std::string>>& merges) {
+  std::unordered_map<std::string_view, size_t> id;
+  for (size_t i = 0; i < tokens.size(); ++i) id.emplace(tokens[i], i);
+  std::vector<float> scores(tokens.size(), -std::numeric_limits<float>::infinity());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string joined = merges[rank].first + merges[rank].second;
+    auto it = id.find(joined);
+    if (it == id.end()) tj.fail("model.merges", "merge " + std::to_string(rank) + " makes '" + joined + "', which is not in the vocabulary");
+    scores[it->second] = std::max(scores[it->second], -static_cast<float>(rank));
+  }
+  return scores;
+}
+
 void read_tokenizer(const std::string& dir, MetadataImage& m) {
   const auto tj = *read_json(dir + "/tokenizer.json", true);
   const json::value* model = tj.find("model");
@@ -394,10 +464,10 @@ void read_tokenizer(const std::string& dir, MetadataImage& m) {
   const json::value* type = mo.if_contains("type");
   const std::string t = type && type->is_string() ? std::string(type->as_string()) : "";
   if (t != "BPE") tj.fail("model.type", "'" + t + "' is not supported (only byte-level BPE)");
-  if (const auto* bf = mo.if_contains("byte_fallback"); bf && bf->is_bool() && bf->as_bool())
-    tj.fail("model.byte_fallback", "SentencePiece-style BPE is not supported (only byte-level BPE)");
+  const json::value* bf = mo.if_contains("byte_fallback");
+  const bool sentencepiece = bf && bf->is_bool() && bf->as_bool();  // else byte-level BPE
   bool nfc = false;  // Qwen's tokenizers NFC-normalize the text between special tokens first
-  if (const json::value* n = tj.find("normalizer"); n && !n->is_null()) {
+  if (const json::value* n = tj.find("normalizer"); n && !n->is_null() && !sentencepiece) {
     const json::value* nt = n->is_object() ? n->as_object().if_contains("type") : nullptr;
     if (!nt || !nt->is_string() || nt->as_string() != "NFC")
       tj.fail("normalizer", json::serialize(*n) + " is not supported (only none or NFC)");
@@ -439,25 +509,45 @@ void read_tokenizer(const std::string& dir, MetadataImage& m) {
     types.push_back(entry.second);
   }
 
-  std::vector<std::string> merges;
+  std::vector<std::pair<std::string, std::string>> merges;
   if (const json::value* mv = mo.if_contains("merges"); mv && !mv->is_null()) {
     if (!mv->is_array()) tj.fail("model.merges", "not an array");
     for (const auto& e : mv->as_array()) {
-      if (e.is_string()) {
-        merges.emplace_back(e.as_string());
+      const size_t space = e.is_string() ? e.as_string().find(' ') : std::string::npos;
+      if (space != std::string::npos) {
+        const std::string_view ab = e.as_string();
+        merges.emplace_back(ab.substr(0, space), ab.substr(space + 1));
       } else if (e.is_array() && e.as_array().size() == 2 && e.as_array()[0].is_string() && e.as_array()[1].is_string()) {
-        merges.push_back(std::string(e.as_array()[0].as_string()) + " " + std::string(e.as_array()[1].as_string()));
+        merges.emplace_back(e.as_array()[0].as_string(), e.as_array()[1].as_string());
       } else {
         tj.fail("model.merges", "an entry is neither \"a b\" nor [\"a\", \"b\"]");
       }
     }
   }
-  m.str("tokenizer.ggml.model", "gpt2");
-  m.str("tokenizer.ggml.pre", pre_tokenizer_family(tj));
-  if (nfc) m.str("inferd.tokenizer.normalizer", "NFC");
+  if (sentencepiece) {
+    m.str("tokenizer.ggml.model", "llama");
+    m.boolean("tokenizer.ggml.add_space_prefix", sentencepiece_space_prefix(tj));
+    m.f32s("tokenizer.ggml.scores", merge_scores(tj, tokens, merges));
+    for (size_t i = 0; i < tokens.size(); ++i)  // <0x0A>: byte-fallback tokens
+      if (tokens[i].size() == 6 && tokens[i].starts_with("<0x") && tokens[i].ends_with('>') && types[i] == 1 &&
+          std::isxdigit(static_cast<unsigned char>(tokens[i][3])) && std::isxdigit(static_cast<unsigned char>(tokens[i][4])))
+        types[i] = 6;
+    if (const json::value* unk = mo.if_contains("unk_token"); unk && unk->is_string()) {
+      auto it = std::find(tokens.begin(), tokens.end(), unk->as_string());
+      if (it == tokens.end()) tj.fail("model.unk_token", "'" + std::string(unk->as_string()) + "' is not in the vocabulary");
+      types[it - tokens.begin()] = 2;
+      m.u32("tokenizer.ggml.unknown_token_id", it - tokens.begin());
+    }
+  } else {
+    std::vector<std::string> joined;
+    for (const auto& [a, b] : merges) joined.push_back(a + " " + b);
+    m.str("tokenizer.ggml.model", "gpt2");
+    m.str("tokenizer.ggml.pre", pre_tokenizer_family(tj));
+    if (nfc) m.str("inferd.tokenizer.normalizer", "NFC");
+    m.strings("tokenizer.ggml.merges", joined);
+  }
   m.strings("tokenizer.ggml.tokens", tokens);
   m.i32s("tokenizer.ggml.token_type", types);
-  m.strings("tokenizer.ggml.merges", merges);
 
   // Special tokens and the chat template.
   auto id_of = [&](const JsonFile& f, const std::string& key, const std::string& text) -> int64_t {

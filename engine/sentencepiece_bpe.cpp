@@ -1,6 +1,7 @@
 #include "engine/sentencepiece_bpe.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <queue>
 
 namespace inferd::engine::spm {
@@ -85,7 +86,9 @@ void encode(std::string_view escaped, const Vocab& vocab, std::vector<int32_t>& 
     auto it = vocab.ids.find(escaped.substr(sym[left].begin, size));
     if (it == vocab.ids.end()) return;
     const auto id = static_cast<size_t>(it->second);
-    queue.push({id < vocab.scores.size() ? vocab.scores[id] : 0.0f, left, right, size});
+    const float score = id < vocab.scores.size() ? vocab.scores[id] : 0.0f;
+    if (score == -std::numeric_limits<float>::infinity()) return;  // a token no merge makes
+    queue.push({score, left, right, size});
   };
   for (size_t i = 1; i < sym.size(); ++i) consider(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
 

@@ -51,7 +51,8 @@ struct TokenizerSpec {
   std::vector<int32_t> token_types;  // one TokenType per token; empty: all Normal
   std::vector<std::string> merges;   // byte-level: "left right", highest priority first
   std::string pre = "gpt2";          // byte-level: pre-tokenizer family, see PreTokenizer
-  std::vector<float> scores;         // SentencePiece: one per token, higher merges first; empty: all 0
+  std::vector<float> scores;         // SentencePiece: one per token, higher merges first (-inf: never
+                                     // made by a merge); empty: all 0
   bool add_space_prefix = false;     // SentencePiece: a space before the text and after each special token
   bool normalize_nfc = false;        // byte-level: text between special tokens is NFC-normalized first (Qwen)
   int32_t bos = -1, eos = -1, unk = -1, eot = -1, eom = -1;  // -1: none

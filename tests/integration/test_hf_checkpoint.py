@@ -4,7 +4,10 @@ the configuration file's [model] path, answers completions and chat completions
 through the `openai` client; a checkpoint inferd cannot run is refused at load
 with the file and key named, a chat template it cannot render with the line and
 construct. Two tensor-parallel ranks on the checkpoint give the
-single rank's greedy text."""
+single rank's greedy text. A directory with a SentencePiece-style tokenizer.json
+(tests/golden/hf-spm-tiny, tools/make_hf_spm_fixture.py) tokenizes as the
+`tokenizers` library does and generates transformers' greedy tokens."""
+import json
 import shutil
 import subprocess
 
@@ -38,6 +41,22 @@ def test_serves_completion_and_chat(start_daemon):
     assert chat.usage.completion_tokens >= 1
     # ChatML from chat_template.jinja: system turn added, then user, then the assistant's header.
     assert chat.usage.prompt_tokens > 10
+
+
+def test_sentencepiece_tokenizer_json(start_daemon):
+    spm = SRC / "tests" / "golden" / "hf-spm-tiny"
+    golden = json.loads((SRC / "tests" / "golden" / "hf_spm_tiny.json").read_text())
+    d = start_daemon(["--model", str(spm)] + SHAPES)
+    for case in golden["tokenize"]:
+        r = d.post("/tokenize", json={"prompt": case["text"], "add_special_tokens": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["tokens"] == case["ids"], case["text"]
+    for case in golden["cases"]:  # the prompt's ids include the BOS, which the daemon adds itself
+        r = client(d).completions.create(model="hf-spm-tiny", prompt=case["prompt"], max_tokens=len(case["greedy"]),
+                                         temperature=0, extra_body={"ignore_eos": True})
+        assert r.usage.prompt_tokens == len(case["ids"])
+        want = d.post("/detokenize", json={"tokens": case["greedy"]}).json()["prompt"]
+        assert r.choices[0].text == want, case["prompt"]
 
 
 def test_config_file_model_path(start_daemon, tmp_path):
