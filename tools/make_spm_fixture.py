@@ -38,6 +38,7 @@ from truncate_gguf import finish
 
 VOCAB_SIZE = 2000
 CONTROL = ["<|im_start|>", "<|im_end|>"]
+GEMMA_CONTROL = ["<start_of_turn>", "<end_of_turn>"]
 # Texts that matter to a SentencePiece vocabulary in particular: the dummy
 # prefix, spaces next to control tokens, the special tokens' own text.
 SPM_TEXTS = [
@@ -66,7 +67,9 @@ def corpus(root: str) -> str:
     return "\n".join(parts)
 
 
-def train(text: str, workdir: str):
+def train(text: str, workdir: str, gemma: bool = False):
+    """Llama's settings, or Gemma's: no dummy prefix, <pad> <eos> <bos> <unk>
+    as ids 0-3, turn markers as control symbols."""
     import sentencepiece as spm
 
     src = os.path.join(workdir, "corpus.txt")
@@ -76,9 +79,10 @@ def train(text: str, workdir: str):
     spm.SentencePieceTrainer.train(
         input=src, model_prefix=prefix, model_type="bpe", vocab_size=VOCAB_SIZE,
         character_coverage=0.9995, byte_fallback=True, split_digits=True,
-        normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=True,
-        allow_whitespace_only_pieces=True, max_sentence_length=1 << 16, control_symbols=CONTROL,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, num_threads=1, minloglevel=2)
+        normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=not gemma,
+        allow_whitespace_only_pieces=True, max_sentence_length=1 << 16,
+        control_symbols=GEMMA_CONTROL if gemma else CONTROL, num_threads=1, minloglevel=2,
+        **(dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3, bos_piece="<bos>", eos_piece="<eos>") if gemma else dict(unk_id=0, bos_id=1, eos_id=2, pad_id=-1)))
     return spm.SentencePieceProcessor(model_file=prefix + ".model")
 
 
@@ -96,7 +100,9 @@ def token_type(sp, i: int) -> int:
     return T.NORMAL
 
 
-def write_gguf(sp, path: str, seed: int) -> None:
+def write_gguf(sp, path: str, seed: int, gemma_template: str = "") -> None:
+    """A tiny Llama on the vocabulary; with gemma_template, Gemma's tokenizer
+    settings (no space prefix) and that chat template."""
     n = sp.GetPieceSize()
     w = gguf.GGUFWriter(path, arch="llama")
     w.add_name("spm-tiny")
@@ -110,7 +116,9 @@ def write_gguf(sp, path: str, seed: int) -> None:
     w.add_unk_token_id(sp.unk_id())
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    w.add_add_space_prefix(True)
+    w.add_add_space_prefix(not gemma_template)
+    if gemma_template:
+        w.add_chat_template(gemma_template)
     add_llama_hparams(w, SHAPE, 256, 10000.0)
 
     rng = np.random.default_rng(seed)

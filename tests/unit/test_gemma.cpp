@@ -17,8 +17,11 @@
 
 #include <boost/json.hpp>
 
-#include "tests/unit/capturing_backend.hpp"
+#include "engine/chat_template.hpp"
+#include "engine/gguf_reader.hpp"
+#include "engine/tokenizer.hpp"
 #include "tests/unit/arch_fixtures.hpp"
+#include "tests/unit/capturing_backend.hpp"
 
 using namespace test_golden;
 
@@ -116,4 +119,37 @@ TEST_CASE("Gemma 2 and 3: a file without its norms, its window or with a negativ
   test_capture::CapturingBackend capturing;  // as a backend without the ops (CUDA today)
   check_refused(fixture("gemma2"), "architecture 'gemma2' needs ops the capturing backend does not have", &capturing);
   check_refused(fixture("gemma3"), "architecture 'gemma3' needs ops the capturing backend does not have", &capturing);
+}
+
+// tests/golden/gemma2-chat.gguf (tools/make_gemma_chat_fixture.py): a Gemma-style
+// SentencePiece vocabulary (no space prefix; <bos> id 2, turn markers control
+// tokens) and Gemma's own chat template, against llama.cpp's llama-tokenize
+// and jinja2 rendering as transformers renders it.
+TEST_CASE("Gemma's tokenizer and chat template: llama.cpp's ids, transformers' prompts and refusals") {
+  const std::string dir = test_paths::source_dir() + "/tests/golden/";
+  const auto file = engine::GgufFile::open(dir + "gemma2-chat.gguf");
+  const auto tok = engine::Tokenizer::from_gguf(*file);
+  CHECK(tok->model() == engine::TokenizerModel::SentencePiece);
+  CHECK(tok->token_text(tok->bos()) == "<bos>");
+  CHECK(tok->token_type(*tok->find("<start_of_turn>")) == engine::TokenType::Control);
+  const auto g = read_golden(dir + "gemma_chat.json");
+  for (const auto& tv : g.at("tokenize").as_array()) {
+    const std::string text(tv.at("text").as_string());
+    CAPTURE(text);
+    CHECK(tok->encode(text, false, true) == ints(tv.at("ids")));
+  }
+  const auto chat = engine::ChatTemplate::from_gguf(*file, *tok);
+  for (const auto& c : g.at("chats").as_array()) {
+    std::vector<engine::ChatMessage> messages;
+    for (const auto& m : c.at("messages").as_array())
+      messages.push_back({std::string(m.at("role").as_string()), std::string(m.at("content").as_string())});
+    CAPTURE(messages.size());
+    if (const auto* error = c.as_object().if_contains("error")) {
+      const std::string want(error->as_string());
+      CHECK_THROWS_WITH_AS(chat.apply(messages, true), doctest::Contains(want.c_str()), engine::ChatTemplateError);
+      continue;
+    }
+    CHECK(chat.apply(messages, true) == c.at("rendered").as_string());
+    CHECK(chat.encode(*tok, messages, true) == ints(c.at("ids")));  // <bos> from the template, as chat requests add none
+  }
 }
