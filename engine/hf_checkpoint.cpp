@@ -463,7 +463,7 @@ void read_tokenizer(const std::string& dir, MetadataImage& m) {
   const auto& mo = model->as_object();
   const json::value* type = mo.if_contains("type");
   const std::string t = type && type->is_string() ? std::string(type->as_string()) : "";
-  if (t != "BPE") tj.fail("model.type", "'" + t + "' is not supported (only byte-level BPE)");
+  if (t != "BPE") tj.fail("model.type", "'" + t + "' is not supported (only BPE: byte-level, or SentencePiece-style with byte_fallback)");
   const json::value* bf = mo.if_contains("byte_fallback");
   const bool sentencepiece = bf && bf->is_bool() && bf->as_bool();  // else byte-level BPE
   bool nfc = false;  // Qwen's tokenizers NFC-normalize the text between special tokens first

@@ -410,11 +410,8 @@ void Tokenizer::encode_text(std::string_view text, bool after_special, std::vect
     }
     text = repaired;
   }
-  if (normalize_nfc_) {
-    const std::string composed = nfc(text);
-    for (std::string_view piece : pre_.split(composed)) encode_piece(piece, out);
-    return;
-  }
+  std::string composed;
+  if (normalize_nfc_) text = composed = nfc(text);
   for (std::string_view piece : pre_.split(text)) encode_piece(piece, out);
 }
 
