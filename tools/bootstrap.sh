@@ -14,8 +14,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 PY=${PYTHON:-python3}
-$PY -c 'import openai, pytest, xdist, requests, jsonschema' 2>/dev/null ||
-  $PY -m pip install -q openai pytest pytest-xdist requests jsonschema
+# gguf: the tests write seeded random models of every architecture and weight type.
+$PY -c 'import openai, pytest, xdist, requests, jsonschema, gguf' 2>/dev/null ||
+  $PY -m pip install -q openai pytest pytest-xdist requests jsonschema gguf==0.19.0
 # pytest from pip may land outside PATH (a user install); expose it where meson looks.
 command -v pytest >/dev/null || { mkdir -p "$HOME/.local/bin"; printf '#!/bin/sh\nexec %s -m pytest "$@"\n' "$PY" > "$HOME/.local/bin/pytest"; chmod +x "$HOME/.local/bin/pytest"; }
 
