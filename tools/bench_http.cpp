@@ -297,6 +297,21 @@ std::optional<double> metric_sum(const std::string& metrics, const std::string& 
   return sum;
 }
 
+std::map<std::string, double> metric_by_label(const std::string& metrics, const std::string& name,
+                                              const std::string& label) {
+  std::map<std::string, double> by;
+  const std::string key = label + "=\"";
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with(name + "{")) continue;
+    const size_t at = line.find(key, name.size());
+    const size_t end = at == std::string::npos ? at : line.find('"', at + key.size());
+    if (end == std::string::npos) continue;
+    by[line.substr(at + key.size(), end - at - key.size())] += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
+  }
+  return by;
+}
+
 int write_and_plot(const std::string& who, const json::object& doc, const std::string& out, const std::string& png,
                    const std::string& script) {
   const std::string text = json::serialize(doc) + "\n";

@@ -3,6 +3,7 @@
 // daemon's readiness and model, the machine, /metrics counters and the plot.
 #pragma once
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,6 +68,10 @@ std::string metrics_text(const Url& url);
 // The sum over all label sets of one series (or one sample, when `name` carries
 // its labels) in a /metrics text; nullopt when absent.
 std::optional<double> metric_sum(const std::string& metrics, const std::string& name);
+// One series' values by the value of one of its labels, summed over the other
+// labels: {"0": 7, "1": 3} for name{...,position="0"} 7 and name{...,position="1"} 3.
+std::map<std::string, double> metric_by_label(const std::string& metrics, const std::string& name,
+                                              const std::string& label);
 
 // Runs argv[0] (found on PATH) with its arguments and waits: its exit status, -1
 // when a signal ended it. Throws std::runtime_error when it cannot be started.

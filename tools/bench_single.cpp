@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <random>
 #include <string>
@@ -40,8 +41,10 @@ constexpr const char* kUsage =
     "One streamed /v1/chat/completions request at a time (temperature 0), --trials\n"
     "times per workload, after one untimed request. Writes JSON (stdout unless --out):\n"
     "per trial TTFT (to the first non-empty delta), decode tok/s (usage's completion\n"
-    "tokens after the first, over the time after it) and speculative acceptance (from\n"
-    "/metrics deltas; null when nothing was drafted); per workload the medians.\n"
+    "tokens after the first, over the time after it) and speculative decoding's figures\n"
+    "from /metrics deltas: acceptance (accepted over drafted tokens), mean acceptance\n"
+    "length (1 + accepted tokens per draft) and acceptance per draft position (null or\n"
+    "empty when nothing was drafted); per workload the medians and the totals' figures.\n"
     "  count        count from 1 to 300 (1,200 tokens); each output is checked\n"
     "               against the exact answer\n"
     "  dataclasses  twenty Python dataclasses (1,024 tokens)\n"
@@ -140,14 +143,53 @@ json::object chat_body(const std::string& model, const std::string& content, int
                       {"stream_options", {{"include_usage", true}}}};
 }
 
+// The daemon's speculative-decoding counters (vLLM's names); `per_position[i]`:
+// drafts whose token i was accepted.
 struct SpecCounters {
-  double drafted = 0, accepted = 0;
+  double drafts = 0, drafted = 0, accepted = 0;
+  std::vector<double> per_position;
+
+  SpecCounters operator-(const SpecCounters& o) const {
+    SpecCounters d{drafts - o.drafts, drafted - o.drafted, accepted - o.accepted, per_position};
+    for (size_t i = 0; i < d.per_position.size() && i < o.per_position.size(); ++i) d.per_position[i] -= o.per_position[i];
+    return d;
+  }
+  SpecCounters& operator+=(const SpecCounters& o) {
+    drafts += o.drafts, drafted += o.drafted, accepted += o.accepted;
+    per_position.resize(std::max(per_position.size(), o.per_position.size()));
+    for (size_t i = 0; i < o.per_position.size(); ++i) per_position[i] += o.per_position[i];
+    return *this;
+  }
+  // As the seed and vLLM compute them from counter deltas: accepted over drafted
+  // tokens; tokens a verify step yields, 1 + accepted / drafts; and per draft
+  // position, the share of drafts whose token there was accepted.
+  void report(json::object& out) const {
+    out["drafts"] = drafts;
+    out["draft_tokens"] = drafted;
+    out["accepted_tokens"] = accepted;
+    out["acceptance"] = drafted > 0 ? json::value(accepted / drafted) : json::value(nullptr);
+    out["mean_acceptance_length"] = drafts > 0 ? json::value(1 + accepted / drafts) : json::value(nullptr);
+    json::array pos;
+    if (drafts > 0)
+      for (double a : per_position) pos.push_back(a / drafts);
+    out["acceptance_per_position"] = pos;
+  }
 };
 
 SpecCounters spec_counters(const Url& url) {
   const std::string m = metrics_text(url);
-  return {metric_sum(m, "vllm:spec_decode_num_draft_tokens_total").value_or(0),
-          metric_sum(m, "vllm:spec_decode_num_accepted_tokens_total").value_or(0)};
+  SpecCounters c{metric_sum(m, "vllm:spec_decode_num_drafts_total").value_or(0),
+                 metric_sum(m, "vllm:spec_decode_num_draft_tokens_total").value_or(0),
+                 metric_sum(m, "vllm:spec_decode_num_accepted_tokens_total").value_or(0),
+                 {}};
+  for (const auto& [position, n] : metric_by_label(m, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")) {
+    const size_t i = std::strtoul(position.c_str(), nullptr, 10);
+    if (i < 64) {  // the most drafts a step takes is far below
+      c.per_position.resize(std::max(c.per_position.size(), i + 1));
+      c.per_position[i] += n;
+    }
+  }
+  return c;
 }
 
 std::string trimmed(const std::string& s) {
@@ -172,18 +214,15 @@ json::object run_workload(const Options& o, const std::string& model, const Work
       continue;
     }
     ++ok;
-    const SpecCounters d{after.drafted - before.drafted, after.accepted - before.accepted};
-    total.drafted += d.drafted;
-    total.accepted += d.accepted;
+    const SpecCounters d = after - before;
+    total += d;
     json::object trial{{"ttft_s", r.ttft_s},
                        {"decode_tokens_per_s", r.decode_tps ? json::value(*r.decode_tps) : json::value(nullptr)},
                        {"prompt_tokens", r.prompt_tokens},
                        {"completion_tokens", r.completion_tokens},
                        {"finish_reason", r.finish_reason},
-                       {"e2e_s", r.e2e_s},
-                       {"draft_tokens", d.drafted},
-                       {"accepted_tokens", d.accepted},
-                       {"acceptance", d.drafted > 0 ? json::value(d.accepted / d.drafted) : json::value(nullptr)}};
+                       {"e2e_s", r.e2e_s}};
+    d.report(trial);
     if (!w.exact.empty()) {
       const bool match = trimmed(r.text) == w.exact;
       exact += match;
@@ -199,15 +238,17 @@ json::object run_workload(const Options& o, const std::string& model, const Work
                    {"ok", ok},
                    {"failed", o.trials - ok},
                    {"median_ttft_s", ttft.empty() ? json::value(nullptr) : json::value(percentile(ttft, 50))},
-                   {"median_decode_tokens_per_s", tps.empty() ? json::value(nullptr) : json::value(percentile(tps, 50))},
-                   {"acceptance", total.drafted > 0 ? json::value(total.accepted / total.drafted) : json::value(nullptr)}};
+                   {"median_decode_tokens_per_s", tps.empty() ? json::value(nullptr) : json::value(percentile(tps, 50))}};
+  total.report(out);
   if (!w.exact.empty()) out["exact_outputs"] = exact;
   if (!errors.empty()) out["errors"] = errors;
+  const std::string spec = total.drafts > 0 ? std::to_string(std::lround(100 * total.accepted / total.drafted)) +
+                                                  "%, mean acceptance length " +
+                                                  std::to_string(1 + total.accepted / total.drafts).substr(0, 4)
+                                            : "none drafted";
   std::fprintf(stderr, "%-12s %d/%d ok, median decode %.2f tok/s, median TTFT %.3f s, acceptance %s\n",
                w.name.c_str(), ok, o.trials, tps.empty() ? 0.0 : percentile(tps, 50),
-               ttft.empty() ? 0.0 : percentile(ttft, 50),
-               total.drafted > 0 ? (std::to_string(std::lround(100 * total.accepted / total.drafted)) + "%").c_str()
-                                 : "none drafted");
+               ttft.empty() ? 0.0 : percentile(ttft, 50), spec.c_str());
   return out;
 }
 

@@ -152,6 +152,15 @@ def test_the_single_request_bench_reports_ttft_decode_and_acceptance(start_daemo
             assert 0 < t["completion_tokens"] <= 24 and t["prompt_tokens"] > 10, t
             if t["draft_tokens"]:
                 assert t["acceptance"] == t["accepted_tokens"] / t["draft_tokens"]
+                # Counter deltas: each draft's accepted tokens sit at its first positions.
+                assert 0 < t["drafts"] <= t["draft_tokens"], t
+                assert t["mean_acceptance_length"] == 1 + t["accepted_tokens"] / t["drafts"]
+                per_pos = t["acceptance_per_position"]
+                assert per_pos and all(0 <= a <= 1 for a in per_pos), t
+                assert all(a >= b for a, b in zip(per_pos, per_pos[1:])), per_pos  # never more at a later position
+                assert abs(sum(per_pos) * t["drafts"] - t["accepted_tokens"]) < 1e-6, t
+        if any(t["draft_tokens"] for t in w["trials"]):
+            assert w["mean_acceptance_length"] == 1 + w["accepted_tokens"] / w["drafts"], w
     assert "exact" in run["workloads"][0]["trials"][0]  # a count cut at 24 tokens is not the exact answer
     assert run["workloads"][0]["exact_outputs"] == 0
     # The drafts it counted are the daemon's own, trial by trial (the untimed first request aside).
