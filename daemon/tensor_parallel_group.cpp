@@ -100,7 +100,12 @@ HeadGroup::HeadGroup(const Config& cfg, const std::function<void(const std::stri
   spdlog::info("tensor parallel: a group of {} formed (Gloo over TCP)", cfg.engine.tensor_parallel_size);
 }
 
-HeadGroup::~HeadGroup() = default;
+HeadGroup::~HeadGroup() {
+  // The control plane's thread hears workers leave and calls `lost`, which
+  // aborts the collectives: it is joined before they are freed (a worker that
+  // closed its connection while the head stopped read freed memory: ASan).
+  control_.reset();
+}
 
 std::optional<std::string> HeadGroup::trouble() const { return control_->trouble(kSilence); }
 
