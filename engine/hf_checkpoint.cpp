@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
-#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +17,7 @@
 #include "engine/json_file.hpp"
 #include "engine/pretokenizer.hpp"
 #include "engine/safetensors_checkpoint.hpp"
+#include "engine/sentencepiece_bpe.hpp"
 #include "kernels/quantize.hpp"
 
 namespace inferd::engine {
@@ -528,10 +528,8 @@ void read_tokenizer(const std::string& dir, MetadataImage& m) {
     m.str("tokenizer.ggml.model", "llama");
     m.boolean("tokenizer.ggml.add_space_prefix", sentencepiece_space_prefix(tj));
     m.f32s("tokenizer.ggml.scores", merge_scores(tj, tokens, merges));
-    for (size_t i = 0; i < tokens.size(); ++i)  // <0x0A>: byte-fallback tokens
-      if (tokens[i].size() == 6 && tokens[i].starts_with("<0x") && tokens[i].ends_with('>') && types[i] == 1 &&
-          std::isxdigit(static_cast<unsigned char>(tokens[i][3])) && std::isxdigit(static_cast<unsigned char>(tokens[i][4])))
-        types[i] = 6;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (types[i] == 1 && spm::byte_token_value(tokens[i])) types[i] = 6;
     if (const json::value* unk = mo.if_contains("unk_token"); unk && unk->is_string()) {
       auto it = std::find(tokens.begin(), tokens.end(), unk->as_string());
       if (it == tokens.end()) tj.fail("model.unk_token", "'" + std::string(unk->as_string()) + "' is not in the vocabulary");

@@ -121,6 +121,19 @@ void encode(std::string_view escaped, const Vocab& vocab, std::vector<int32_t>& 
   }
 }
 
+std::optional<uint8_t> byte_token_value(std::string_view text) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return std::nullopt;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  int hi = hex(text[3]), lo = hex(text[4]);
+  if (hi < 0 || lo < 0) return std::nullopt;
+  return static_cast<uint8_t>(hi * 16 + lo);
+}
+
 bool words_are_separate(std::span<const std::string> tokens) {
   for (std::string_view t : tokens) {
     while (t.starts_with(kMetaSpace)) t.remove_prefix(kMetaSpace.size());

@@ -6,6 +6,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,6 +22,9 @@ struct Vocab {
   const std::array<int32_t, 256>& byte_tokens;                // "<0xAB>" (or the byte itself) -> id; -1: none
   int32_t unknown = -1;  // stands for a byte without a token; -1: such bytes are dropped
 };
+
+// "<0x0A>" -> 0x0A: the byte a byte-fallback token stands for; nullopt for other tokens.
+std::optional<uint8_t> byte_token_value(std::string_view text);
 
 // The text with every space written as "▁", after one more "▁" when
 // `space_prefix` (the space SentencePiece puts before a text's first word).

@@ -57,20 +57,6 @@ std::string bytes_of(std::string_view text) {
   return out;
 }
 
-// "<0x0A>" -> 0x0A, as byte tokens are written.
-std::optional<uint8_t> byte_token_value(std::string_view text) {
-  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return std::nullopt;
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  int hi = hex(text[3]), lo = hex(text[4]);
-  if (hi < 0 || lo < 0) return std::nullopt;
-  return static_cast<uint8_t>(hi * 16 + lo);
-}
-
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
@@ -152,7 +138,7 @@ Tokenizer::Tokenizer(TokenizerSpec spec)
         decoded_[i] = sentencepiece ? spm::unescape_spaces(tokens_[i]) : bytes_of(tokens_[i]);
         break;
       case TokenType::Byte:
-        if (auto b = byte_token_value(tokens_[i])) decoded_[i] = std::string(1, static_cast<char>(*b));
+        if (auto b = spm::byte_token_value(tokens_[i])) decoded_[i] = std::string(1, static_cast<char>(*b));
         break;
       case TokenType::Unused:
         break;
