@@ -22,9 +22,10 @@ struct CudaOptions {
   // GEMV and tiled kernels that match the CPU backend's arithmetic.
   int64_t tensor_core_min_tokens = 16;
   // The same for Q4_0, Q4_1 and Q8_0 (dequantized to halves for cuBLAS). Below
-  // it the int8 tensor-core kernel, which matches the CPU's arithmetic too and
-  // was the faster up to 32 tokens on an H100 (docs/PERFORMANCE.md).
-  int64_t quantized_tensor_core_min_tokens = 33;
+  // it the int8 tensor-core kernel, which matches the CPU's arithmetic too and,
+  // since its mma are issued ahead of their scaling, is the faster up to 64
+  // tokens on an H100 for the 8B's FFN weights (docs/PERFORMANCE.md).
+  int64_t quantized_tensor_core_min_tokens = 65;
 
   // The first token count that takes cuBLAS for weights of type t.
   int64_t tensor_core_from(DType t) const {

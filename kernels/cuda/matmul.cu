@@ -395,7 +395,7 @@ __global__ __launch_bounds__(256) void gemm_quant(const uint8_t* w, size_t row_s
 // one 4-byte load gives a lane both a0 and a2 of its row.
 
 __device__ inline void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(  // not volatile: it has no side effect, so the compiler may schedule it
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -431,6 +431,15 @@ __device__ inline MmqRow load_mmq_row(const uint8_t* row, int64_t b, int c) {
     }
   }
   return r;
+}
+
+// One block's integer dot for a row and a token, scaled and added to acc, with
+// its offset term: the fewest instructions per type.
+template <class Block>
+__device__ inline float mmq_scaled(float acc, int dot, const MmqRow& r, float2 sc) {
+  if constexpr (sizeof(Block) == sizeof(BlockQ8_0)) return fmaf(static_cast<float>(dot), r.d * sc.x, acc);
+  else if constexpr (sizeof(Block) == sizeof(BlockQ4_0)) return fmaf(r.d, fmaf(static_cast<float>(dot), sc.x, sc.y), acc);
+  else return fmaf(static_cast<float>(dot), r.d * sc.x, fmaf(r.k, sc.y, acc));
 }
 
 // A block takes 32 rows and every token, so each stage of activations it reads
@@ -495,11 +504,22 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
       const int t = e / (KC * 2), k = e % (KC * 2);
       if (t < n_tokens && k < n_blocks * 2) copy_async_16(dx + t * kPitch + k * 16, xq + (t * nb + ch * KC) * 32 + k * 16);
     }
-    for (int e = tid; e < NT * 8 * KC; e += kTileThreads) {
+    for (int e = tid; e < NT * 8 * KC; e += kTileThreads) {  // by block, then token: a lane's two tokens in one load
       const int t = e / KC, k = e % KC;
-      if (t < n_tokens && k < n_blocks) copy_async_8(ds + (t * KC + k) * 8, xdc + t * nb + ch * KC + k);
+      if (t < n_tokens && k < n_blocks) copy_async_8(ds + (k * NT * 8 + t) * 8, xdc + t * nb + ch * KC + k);
     }
   };
+  // Tokens past n_tokens read zero activations and scales in both stages (the
+  // copies never write their rows), so the loop below needs no bounds checks.
+  if (n_tokens < NT * 8)
+    for (int s = 0; s < 2; ++s) {
+      uint8_t* dx = smem + s * kStage + kWBytes;
+      auto* ds = reinterpret_cast<float2*>(dx + kXBytes);
+      for (int e = tid; e < (NT * 8 - n_tokens) * KC * 2; e += kTileThreads)
+        reinterpret_cast<uint4*>(dx + (n_tokens + e / (KC * 2)) * kPitch)[e % (KC * 2)] = make_uint4(0, 0, 0, 0);
+      for (int e = tid; e < (NT * 8 - n_tokens) * KC; e += kTileThreads)
+        ds[(e % KC) * NT * 8 + n_tokens + e / KC] = make_float2(0.0f, 0.0f);
+    }
   // The first stage's weights are requested before waiting for the kernel
   // before this one (nothing writes weights); its activations after.
   stage_weights(0, 0);
@@ -527,30 +547,39 @@ __global__ __launch_bounds__(128 * SPLIT) void mmq_tile(const uint8_t* w, size_t
     __syncthreads();
     const uint8_t* ws = smem + s * kStage;
     const uint8_t* xs = ws + kWBytes;
-    const auto* ss = reinterpret_cast<const float2*>(xs + kXBytes);
+    const auto* ss = reinterpret_cast<const float4*>(xs + kXBytes);  // [block][token pair]: {d, c} of tokens 2i, 2i+1
     const uint8_t* w_lo = ws + (rg + g) * kWords * 16 + head_lo;
     const uint8_t* w_hi = ws + (rg + g + 8) * kWords * 16 + head_hi;
     const int n_blocks = static_cast<int>(min(int64_t(KC), nb - ch * KC));
-    for (int j = part; j < n_blocks; j += kParts) {
+    // A stage's block j: the warp's 16 rows times every token tile. The tiles'
+    // fragments are loaded and their mma issued before any result is scaled,
+    // so the mma and the shared-memory loads overlap (one mma at a time, each
+    // scaled before the next, left the warp waiting on each in turn).
+    auto block = [&](int j) {
       const MmqRow lo = load_mmq_row<Block>(w_lo, j, c), hi = load_mmq_row<Block>(w_hi, j, c);
       const uint32_t a[4] = {lo.lo, hi.lo, lo.hi, hi.hi};
+      int d[kTiles][4];
 #pragma unroll
       for (int u = 0; u < kTiles; ++u) {
-        const int tb = u * 8 + g, t0 = u * 8 + 2 * c;
-        uint32_t b0 = 0, b1 = 0;
-        if (tb < n_tokens) {
-          const auto* q = reinterpret_cast<const uint32_t*>(xs + tb * kPitch + j * 32);
-          b0 = q[c], b1 = q[4 + c];
-        }
-        int d[4] = {0, 0, 0, 0};
-        mma_s8(d, a, b0, b1);
-        const float2 s0 = t0 < n_tokens ? ss[t0 * KC + j] : make_float2(0.0f, 0.0f);
-        const float2 s1 = t0 + 1 < n_tokens ? ss[(t0 + 1) * KC + j] : make_float2(0.0f, 0.0f);
-        acc[u][0] += static_cast<float>(d[0]) * (lo.d * s0.x) + lo.k * s0.y;
-        acc[u][1] += static_cast<float>(d[1]) * (lo.d * s1.x) + lo.k * s1.y;
-        acc[u][2] += static_cast<float>(d[2]) * (hi.d * s0.x) + hi.k * s0.y;
-        acc[u][3] += static_cast<float>(d[3]) * (hi.d * s1.x) + hi.k * s1.y;
+        const auto* q = reinterpret_cast<const uint32_t*>(xs + (u * 8 + g) * kPitch + j * 32);
+        d[u][0] = d[u][1] = d[u][2] = d[u][3] = 0;
+        mma_s8(d[u], a, q[c], q[4 + c]);
       }
+#pragma unroll
+      for (int u = 0; u < kTiles; ++u) {
+        const float4 sc = ss[(j * NT * 8 + u * 8 + 2 * c) / 2];
+        const float2 s0 = make_float2(sc.x, sc.y), s1 = make_float2(sc.z, sc.w);
+        acc[u][0] = mmq_scaled<Block>(acc[u][0], d[u][0], lo, s0);
+        acc[u][1] = mmq_scaled<Block>(acc[u][1], d[u][1], lo, s1);
+        acc[u][2] = mmq_scaled<Block>(acc[u][2], d[u][2], hi, s0);
+        acc[u][3] = mmq_scaled<Block>(acc[u][3], d[u][3], hi, s1);
+      }
+    };
+    if (n_blocks == KC) {  // every stage but maybe the last: unrolled, addresses fold into offsets
+#pragma unroll
+      for (int j = 0; j < KC; j += kParts) block(j + part);
+    } else {
+      for (int j = part; j < n_blocks; j += kParts) block(j);
     }
     __syncthreads();  // every warp is done with stage s before the next round's copies refill it
   }
@@ -800,10 +829,19 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
   }
   // Decode (one or two tokens) takes 4 rows a block, so a block streams twice the
   // weight bytes for its fixed cost: on an H100, q4_0 at 8192 x 8192 went from
-  // 0.42 to 0.56 of copy bandwidth. INFERD_CUDA_GEMV_ROWS=2 takes 2, to compare.
-  static const int decode_rows = env_is("INFERD_CUDA_GEMV_ROWS", "2") ? kGemvRows : 4;
-  const int rows_per_block = n <= 2 ? decode_rows : kGemvRows;
-  auto* kernel = n <= 1   ? (rows_per_block == 4 ? gemv_quant<Block, 1, 4> : gemv_quant<Block, 1, kGemvRows>)
+  // 0.42 to 0.56 of copy bandwidth. INFERD_CUDA_GEMV_ROWS=2 takes 2, and =8
+  // takes 8 for one token (4 for two), to compare.
+  static const int decode_rows = env_is("INFERD_CUDA_GEMV_ROWS", "2")   ? kGemvRows
+                                 : env_is("INFERD_CUDA_GEMV_ROWS", "8") ? 8
+                                                                        : 4;
+  const int warps = gemv_warps(nb);
+  const bool eight_fit = size_t(warps) * 8 * stage_words<Block>() * sizeof(uint4) <= 48 * 1024;  // no opt-in
+  const int rows_per_block = n <= 1 ? (decode_rows == 8 && !eight_fit ? 4 : decode_rows)
+                             : n <= 2 ? std::min(decode_rows, 4)
+                                      : kGemvRows;
+  auto* kernel = n <= 1   ? (rows_per_block == 8   ? gemv_quant<Block, 1, 8>
+                             : rows_per_block == 4 ? gemv_quant<Block, 1, 4>
+                                                   : gemv_quant<Block, 1, kGemvRows>)
                  : n <= 2 ? (rows_per_block == 4 ? gemv_quant<Block, 2, 4> : gemv_quant<Block, 2, kGemvRows>)
                  : n <= 4 ? gemv_quant<Block, 4, kGemvRows>
                           : gemv_quant<Block, 8, kGemvRows>;
@@ -817,7 +855,6 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
       blocks += static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
     }
     if (segs.n == 0) break;
-    const int warps = gemv_warps(nb);
     const size_t smem = size_t(warps) * rows_per_block * stage_words<Block>() * sizeof(uint4);
     launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, n);
   }
