@@ -827,19 +827,23 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
                       static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, nb, x.q, x.dc, n_tokens, o.y);
     return;
   }
-  // Decode (one or two tokens) takes 4 rows a block, so a block streams twice the
-  // weight bytes for its fixed cost: on an H100, q4_0 at 8192 x 8192 went from
-  // 0.42 to 0.56 of copy bandwidth. INFERD_CUDA_GEMV_ROWS=2 takes 2, and =8
-  // takes 8 for one token (4 for two), to compare.
-  static const int decode_rows = env_is("INFERD_CUDA_GEMV_ROWS", "2")   ? kGemvRows
-                                 : env_is("INFERD_CUDA_GEMV_ROWS", "8") ? 8
-                                                                        : 4;
+  // Decode takes more rows a block, so a block streams more weight bytes for
+  // its fixed cost: on an H100, q4_0 at 8192 x 8192 went from 0.42 to 0.56 of
+  // copy bandwidth with 4 rows instead of 2, and the 8B's one-stream decode
+  // from 309 to 339 tok/s with 8 rows for one token (where a block's stages
+  // fit the default 48 KB of shared memory; two tokens keep 4).
+  // INFERD_CUDA_GEMV_ROWS=2, 4 or 16 takes that many instead, to compare.
+  static const int decode_rows = env_is("INFERD_CUDA_GEMV_ROWS", "2")    ? kGemvRows
+                                 : env_is("INFERD_CUDA_GEMV_ROWS", "4")  ? 4
+                                 : env_is("INFERD_CUDA_GEMV_ROWS", "16") ? 16
+                                                                         : 8;
   const int warps = gemv_warps(nb);
-  const bool eight_fit = size_t(warps) * 8 * stage_words<Block>() * sizeof(uint4) <= 48 * 1024;  // no opt-in
-  const int rows_per_block = n <= 1 ? (decode_rows == 8 && !eight_fit ? 4 : decode_rows)
-                             : n <= 2 ? std::min(decode_rows, 4)
-                                      : kGemvRows;
-  auto* kernel = n <= 1   ? (rows_per_block == 8   ? gemv_quant<Block, 1, 8>
+  auto fits = [&](int rows) { return size_t(warps) * rows * stage_words<Block>() * sizeof(uint4) <= 48 * 1024; };
+  int one_token_rows = decode_rows;
+  while (one_token_rows > 4 && !fits(one_token_rows)) one_token_rows /= 2;  // the default 48 KB, no opt-in
+  const int rows_per_block = n <= 1 ? one_token_rows : n <= 2 ? std::min(decode_rows, 4) : kGemvRows;
+  auto* kernel = n <= 1   ? (rows_per_block == 16  ? gemv_quant<Block, 1, 16>
+                             : rows_per_block == 8 ? gemv_quant<Block, 1, 8>
                              : rows_per_block == 4 ? gemv_quant<Block, 1, 4>
                                                    : gemv_quant<Block, 1, kGemvRows>)
                  : n <= 2 ? (rows_per_block == 4 ? gemv_quant<Block, 2, 4> : gemv_quant<Block, 2, kGemvRows>)
