@@ -620,7 +620,11 @@ struct DotF32 {
       }
       if constexpr (R == 4 && T == 4) {
         const __m512 sums = sum16(reinterpret_cast<const __m512(&)[16]>(acc));
-        for (int t = 0; t < T; ++t) _mm_storeu_ps(y + t * ldy, _mm512_extractf32x4_ps(sums, t));
+        // Spelled out: the lane index must be an immediate even where -O1 does not unroll.
+        _mm_storeu_ps(y, _mm512_castps512_ps128(sums));
+        _mm_storeu_ps(y + ldy, _mm512_extractf32x4_ps(sums, 1));
+        _mm_storeu_ps(y + 2 * ldy, _mm512_extractf32x4_ps(sums, 2));
+        _mm_storeu_ps(y + 3 * ldy, _mm512_extractf32x4_ps(sums, 3));
       } else {
         for (int r = 0; r < R; ++r)
           for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
