@@ -321,14 +321,20 @@ void Engine::loop() {
       });
       if (reset_reason_) {
         const std::string reason = *reset_reason_;
-        do_reset(reason);
+        std::vector<std::unique_ptr<Live>> interrupted = do_reset(reason);
         ++resets_begun_;
         reset_cv_.notify_all();
         std::string failure;
-        if (opts_.reform_group) {
-          // Outside the lock: re-forming waits for every rank, and submit() must not.
+        if (!interrupted.empty() || opts_.reform_group) {
+          // Outside the lock. A request's sink takes its client's lock, which
+          // the client may hold while it submits, waiting for this one
+          // (ThreadSanitizer: lock-order inversion). Re-forming waits for
+          // every rank, and submit() must not.
           lk.unlock();
-          failure = reform_group(reason);
+          for (auto& r : interrupted)
+            end(*r, FinishReason::Error, "interrupted by a recovery (" + reason + ") after it had produced output");
+          interrupted.clear();
+          if (opts_.reform_group) failure = reform_group(reason);
           lk.lock();
         }
         reset_reason_.reset();
@@ -417,15 +423,15 @@ void Engine::release_held() {
   cv_.notify_one();
 }
 
-void Engine::do_reset(const std::string& reason) {
-  int held = 0, ended = 0;
+std::vector<std::unique_ptr<Engine::Live>> Engine::do_reset(const std::string& reason) {
+  std::vector<std::unique_ptr<Live>> interrupted;
+  int held = 0;
   auto sort = [&](std::unique_ptr<Live> r) {
     if (r->n_generated == 0) {
       held_.push_back(std::move(r));
       ++held;
     } else {
-      end(*r, FinishReason::Error, "interrupted by a recovery (" + reason + ") after it had produced output");
-      ++ended;
+      interrupted.push_back(std::move(r));
     }
   };
   // Running first, then waiting, then the inbox: the order they run again in.
@@ -439,7 +445,9 @@ void Engine::do_reset(const std::string& reason) {
   n_running_.store(0);
   n_waiting_.store(0);
   kv_used_.store(kv_manager_->num_used_blocks());
-  spdlog::warn("engine reset ({}): {} requests held to run again, {} ended with an error", reason, held, ended);
+  spdlog::warn("engine reset ({}): {} requests held to run again, {} ended with an error", reason, held,
+               interrupted.size());
+  return interrupted;
 }
 
 // Fault point "step.stall=MS": the next step hangs for MS milliseconds (default

@@ -243,7 +243,9 @@ class Engine {
   void enqueue(std::vector<std::unique_ptr<Live>> reqs, bool queue_limit);
   void loop();
   void take_inbox();                         // step loop; mu_ held
-  void do_reset(const std::string& reason);  // step loop; mu_ held
+  // Step loop, mu_ held. Returns the requests that had produced output, for the
+  // loop to end outside the lock.
+  std::vector<std::unique_ptr<Live>> do_reset(const std::string& reason);
   std::string reform_group(const std::string& reason);  // step loop; mu_ not held; why it failed, or empty
   void drop_cancelled();  // requests whose caller cancelled them (a hang-up, a timeout)
   void step();

@@ -9,6 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -353,6 +356,69 @@ TEST_CASE("engine: a reset's re-forming of the group has its own bounds; its fai
   CHECK(*why == "the tensor-parallel group did not re-form: worker rank 1 not joined within 60 s");
   CHECK(eng.reset("test", 2s) == std::nullopt);  // the next reset re-forms it
   CHECK(reforms == 3);
+}
+
+TEST_CASE("engine: a request a reset ends is told outside the engine's lock, so its sink may submit") {
+  // A client holding its own lock while it submits (the daemon's Generation
+  // does) and taking that lock in its sink deadlocks if a reset's sink runs
+  // under the engine's lock (ThreadSanitizer found the inversion). Here the
+  // sink of the request the reset interrupts submits a new one itself: under
+  // the engine's lock, that would lock it twice.
+  using namespace std::chrono_literals;
+  engine::Engine eng(small_options());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_token = false, reset_asked = false, resubmitted_done = false;
+  std::string interrupted_error;
+  engine::GenerationRequest again;
+  again.prompt = {1, 504, 3303};
+  again.max_tokens = 2;
+  again.sink = [&](engine::Delta&& d) {
+    if (d.finish == engine::FinishReason::None) return;
+    std::lock_guard lk(mu);
+    resubmitted_done = true;
+    cv.notify_all();
+  };
+  engine::GenerationRequest r;
+  r.prompt = {1, 30, 800};
+  r.max_tokens = 200;
+  r.ignore_eos = true;
+  r.sink = [&](engine::Delta&& d) {
+    if (d.finish == engine::FinishReason::None) {
+      std::unique_lock lk(mu);
+      if (first_token) return;
+      first_token = true;  // hold the step until the reset is asked for, so it interrupts this request
+      cv.notify_all();
+      cv.wait_for(lk, 60s, [&] { return reset_asked; });
+      return;
+    }
+    {
+      std::lock_guard lk(mu);
+      interrupted_error = d.error;
+    }
+    eng.submit(std::move(again));
+  };
+  eng.submit(std::move(r));
+  {
+    std::unique_lock lk(mu);
+    REQUIRE(cv.wait_for(lk, 60s, [&] { return first_token; }));
+    reset_asked = true;
+    cv.notify_all();
+  }
+  std::optional<std::string> reset_failure = "not returned";
+  std::thread resetter([&] { reset_failure = eng.reset("test", 60s); });
+  {
+    std::unique_lock lk(mu);
+    if (!cv.wait_for(lk, 120s, [&] { return resubmitted_done; })) {
+      // The engine's thread (and the reset waiting on it) is stuck for good:
+      // nothing could stop or join it, so end here rather than hang.
+      std::fprintf(stderr, "the sink's submit did not return: the engine called it under its own lock\n");
+      std::_Exit(3);
+    }
+    CHECK(interrupted_error.find("interrupted by a recovery (test)") != std::string::npos);
+  }
+  resetter.join();
+  CHECK(reset_failure == std::nullopt);
 }
 
 TEST_CASE("engine on a backend that captures steps: decode steps padded to graph sizes, each recorded once") {
