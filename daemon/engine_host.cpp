@@ -125,7 +125,7 @@ EngineHost::EngineHost(Daemon& daemon) {
                   MetricType::Gauge, per_rank([](const cluster::RankState& r) { return r.heard_ago_s; }, 1));
   if (HttpServer* http = daemon.http())
     daemon.set_in_flight_ender(register_openai_routes(
-        *http, daemon.lifecycle(), daemon.metrics(), [this] { return engine_.load(); },
+        *http, daemon.lifecycle(), daemon.metrics(), [this] { return engine(); },
         {.served_model_name = daemon.config().model_name(),
          .api_key = daemon.config().server.api_key,
          .tool_call_parser = daemon.config().server.tool_call_parser,
@@ -174,7 +174,7 @@ std::optional<std::string> EngineHost::rank_coverage_failure() {
 EngineHost::~EngineHost() {
   // A step waiting in a collective for a worker that has gone must return.
   if (group_) group_->collectives().abort("the head is stopping");
-  if (auto e = engine_.load()) e->stop();
+  if (auto e = engine()) e->stop();
 }
 
 void EngineHost::load(Daemon& d) {
@@ -227,7 +227,8 @@ void EngineHost::load(Daemon& d) {
                         .root = cfg.model.path,
                         .max_model_len = eng->max_model_len(),
                         .created = static_cast<int64_t>(std::time(nullptr))});
-  engine_.store(std::move(eng));
+  std::lock_guard lk(engine_mu_);
+  engine_ = std::move(eng);
 }
 
 }  // namespace inferd::daemon

@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "engine/engine.hpp"
@@ -25,7 +26,10 @@ class EngineHost {
   explicit EngineHost(Daemon& daemon);
   ~EngineHost();
 
-  std::shared_ptr<engine::Engine> engine() const { return engine_.load(); }
+  std::shared_ptr<engine::Engine> engine() const {
+    std::lock_guard lk(engine_mu_);
+    return engine_;
+  }
   // With tensor_parallel_size > 1: the group's health ("group": a worker gone
   // or silent is critical) and each worker rank's own ("rank1", ...: the worst
   // of the monitors it reported); nothing for a single rank.
@@ -40,8 +44,12 @@ class EngineHost {
 
  private:
   void load(Daemon& d);
-  // Set by the start-up thread, read by HTTP threads.
-  std::atomic<std::shared_ptr<engine::Engine>> engine_;
+  // Set by the start-up thread, read by HTTP and supervisor threads. A mutex,
+  // not std::atomic<std::shared_ptr>: g++ 12's load releases that atomic's lock
+  // bit with relaxed order (bits/shared_ptr_atomic.h), which ThreadSanitizer
+  // reports as a race with the next store (test_lifecycle.py under TSan).
+  mutable std::mutex engine_mu_;
+  std::shared_ptr<engine::Engine> engine_;
   std::unique_ptr<HeadGroup> group_;  // with tensor_parallel_size > 1: the workers and the data plane
   std::atomic<HeadGroup*> group_ptr_{nullptr};  // the same, for the supervisor's and control plane's threads
   Gauge* load_progress_;
