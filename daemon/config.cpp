@@ -196,6 +196,11 @@ std::string log_patterns(std::string& s) {
 
 std::string device_name(std::string& s) { return kernels::device_error(s); }
 
+std::string warmup_depth(std::string& s) {
+  if (s == "full" || s == "least") return {};
+  return fmt::format("must be full or least, got '{}'", s);
+}
+
 std::string log_level(std::string& s) {
   for (std::string_view known : {"trace", "debug", "info", "warn", "error", "critical", "off"})
     if (s == known) return {};
@@ -415,6 +420,10 @@ const std::vector<Key>& keys() {
       log_target_key(),
       bool_key("warmup", "enable", "warmup", &C::warmup, &warmup::WarmupOptions::enable,
                "run the four-phase warm-up before serving"),
+      string_key("warmup", "depth", "warmup-depth", &C::warmup, &warmup::WarmupOptions::depth,
+                 "full: the seed profile's lengths; least: every shape key touched with the least work, as a "
+                 "recovery's re-warm (a faster start that proves no sustained decode)",
+                 warmup_depth),
       int_key("warmup", "retries", "warmup-retries", &C::warmup, &warmup::WarmupOptions::retries, 0, 100,
               "failed warm-ups retried before start-up fails"),
       float_key("warmup", "retry_delay_s", "", &C::warmup, &warmup::WarmupOptions::retry_delay_s, 0, 3600, ""),

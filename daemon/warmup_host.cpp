@@ -28,7 +28,7 @@ warmup::PlanLimits limits_of(const engine::Engine& eng) {
 WarmupHost::WarmupHost(Daemon& daemon, EngineHost& engines) : daemon_(daemon), engines_(engines) {
   Metrics& m = daemon.metrics();
   cold_ = &m.counter("inferd_cold_shapes_total", "Shape keys first used after the warm-up gate opened");
-  daemon.set_warm_hook([this](Daemon& d) { warm(d); });
+  daemon.set_warm_hook([this](Daemon& d) { warm(d, warmup::start_depth(d.config().warmup)); });
   HttpServer* http = daemon.http();
   if (http == nullptr) return;
   const std::string& admin_key = daemon.config().server.admin_api_key;
@@ -127,7 +127,7 @@ void WarmupHost::rewarm(Daemon& d) {
   if (!d.lifecycle().transition(State::Recovering, "warm-up requested by an operator")) return;
   if (!d.lifecycle().transition(State::Warming, "re-running the warm-up")) return;
   try {
-    warm(d);
+    warm(d, warmup::start_depth(d.config().warmup));
     d.lifecycle().transition(State::Serving, "warm-up passed");
   } catch (const std::exception& e) {
     if (!d.stopping()) d.fail(e.what());

@@ -27,9 +27,10 @@ class WarmupHost {
   ~WarmupHost();
 
   // Runs the warm-up until it passes or its retries are spent (then throws).
-  // Called on the start-up thread (full), by the operator's re-run (full) and
-  // by a recovery (least: see warmup::Depth). A retry always runs the full plan.
-  void warm(Daemon& d, warmup::Depth depth = warmup::Depth::full);
+  // Called on the start-up thread and by the operator's re-run ([warmup] depth,
+  // full by default) and by a recovery (least: see warmup::Depth). A retry
+  // always runs the full plan.
+  void warm(Daemon& d, warmup::Depth depth);
 
  private:
   void rewarm(Daemon& d);

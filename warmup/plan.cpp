@@ -129,6 +129,8 @@ int Plan::total_requests() const {
   return n;
 }
 
+Depth start_depth(const WarmupOptions& opts) { return opts.depth == "least" ? Depth::least : Depth::full; }
+
 Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& l, const WarmupOptions& opts, Depth depth) {
   WarmupOptions o = opts;
   const bool least = depth == Depth::least;

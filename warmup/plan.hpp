@@ -18,9 +18,22 @@
 
 namespace inferd::warmup {
 
+// How much each request generates. Full: the lengths configured (the seed
+// profile: ramp prompts that generate for a while, a 700-token sustained decode).
+// Least: the same phases, waves and prompts, each request generating only what
+// the plan's coverage needs (one decode step, the burst's staggered ends kept),
+// and the prompt that reaches the top context bucket runs only its last token
+// over an unwritten prefix: a recovery's re-warm, which must touch every shape
+// key again but need not prove again what the first warm-up of this process
+// proved.
+enum class Depth { full, least };
+
 // The [warmup] configuration section.
 struct WarmupOptions {
   bool enable = true;
+  // "full" or "least": the start-up's and an operator's re-run's plan (a
+  // recovery always runs least, a retry always full; see start_depth).
+  std::string depth = "full";
   int retries = 2;                // failed runs retried before start-up fails
   double retry_delay_s = 2.0;
   double phase_timeout_s = 300;   // a phase still running after this fails
@@ -65,18 +78,11 @@ struct Plan {
   int total_requests() const;
 };
 
-// How much each request generates. Full: the lengths configured (the seed
-// profile: ramp prompts that generate for a while, a 700-token sustained decode).
-// Least: the same phases, waves and prompts, each request generating only what
-// the plan's coverage needs (one decode step, the burst's staggered ends kept),
-// and the prompt that reaches the top context bucket runs only its last token
-// over an unwritten prefix: a recovery's re-warm, which must touch every shape
-// key again but need not prove again what the first warm-up of this process
-// proved.
-enum class Depth { full, least };
-
 Plan make_plan(const engine::ShapeAxes& axes, const PlanLimits& limits, const WarmupOptions& opts,
                Depth depth = Depth::full);
+
+// The depth `opts.depth` names (config validation admits only the two names).
+Depth start_depth(const WarmupOptions& opts);
 
 // The axis buckets the plan is sure to reach, predicted from how the scheduler
 // runs a lone request (chunks of max_num_batched_tokens, then one token per step),

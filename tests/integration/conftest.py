@@ -44,6 +44,18 @@ def scaled(seconds):
     return seconds * TIME_SCALE
 
 
+def scaled_deadlines_config():
+    """With INFERD_TEST_TIME_SCALE, a config file that stretches the daemon's own
+    deadlines by the same factor (a warm-up phase, a request), for daemons
+    started without a --config of their test's own; None without the scale."""
+    if TIME_SCALE == 1:
+        return None
+    f = tempfile.NamedTemporaryFile("w", prefix="inferd-scaled-", suffix=".toml", delete=False)
+    f.write(f"[server]\nrequest_timeout_s = {round(scaled(600))}\n[warmup]\nphase_timeout_s = {scaled(300)}\n")
+    f.close()
+    return f.name
+
+
 def wait_until(predicate, timeout):
     """Polls `predicate` until it holds or `timeout` seconds pass; its last answer.
     Tests wait for what they need to have happened, never a fixed time."""
@@ -219,9 +231,11 @@ def free_port(count=1):
 
 
 # Shapes small enough that the warm-up every start runs takes seconds, not half a
-# minute; a test's own flags come later and win. Tests of the default
-# configuration pass small_shapes=False.
-SMALL_SHAPES = ["--max-model-len", "1024", "--max-num-batched-tokens", "256", "--max-num-seqs", "16"]
+# minute, and the least-work warm-up, which touches every shape key as the full
+# one does (the warm-up's own tests ask for full); a test's own flags come later
+# and win. Tests of the default configuration pass small_shapes=False.
+SMALL_SHAPES = ["--max-model-len", "1024", "--max-num-batched-tokens", "256", "--max-num-seqs", "16",
+                "--warmup-depth", "least"]
 
 
 class Daemon:
@@ -241,6 +255,9 @@ class Daemon:
             self.admin_key = "adm-" + secrets.token_hex(16)
             self.admin_key_file = admin_key_file(self.admin_key)
             cmd += ["--admin-api-key-file", self.admin_key_file]
+        self.scaled_config = None if "--config" in args else scaled_deadlines_config()
+        if self.scaled_config:
+            cmd += ["--config", self.scaled_config]
         cmd += (SMALL_SHAPES if small_shapes else []) + list(args)
         self.cmd = cmd  # as started, for tests that start it again themselves
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
@@ -319,6 +336,8 @@ class Daemon:
         os.unlink(self.log.name)
         if self.admin_key_file:
             os.unlink(self.admin_key_file)
+        if self.scaled_config:
+            os.unlink(self.scaled_config)
         if report:
             pytest.fail(f"inferd (exit {self.proc.returncode}) wrote a sanitizer report:\n{report[-20000:]}",
                         pytrace=False)

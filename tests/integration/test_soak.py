@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import BUILD, SRC, default_model
+from conftest import BUILD, SRC, default_model, scaled
 
 
 def test_short_soak_passes():
@@ -22,7 +22,7 @@ def test_short_soak_passes():
            # run keeps the 100 ms default.
            "--health-latency-ms", "500",
            "--", "--model", default_model()]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(400))
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["passed"] and result["requests"]["ok"] > 0

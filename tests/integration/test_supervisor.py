@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from conftest import INFERCTL, default_model, faults_built_in, metric, needs_faults, wait_until, write_proc
+from conftest import INFERCTL, default_model, faults_built_in, metric, needs_faults, scaled, wait_until, write_proc
 
 SUPERVISED = ["--model", default_model(), "--health-interval-ms", "100"]
 
@@ -200,7 +200,8 @@ def test_client_text_in_the_log_never_reaches_the_log_scanner(start_daemon, tmp_
     """The daemon logs text clients choose (request ids, paths); only what
     libraries write to fd 2 is scanned, so that text raises no log signal."""
     cfg = tmp_path / "inferd.toml"
-    cfg.write_text("[server]\nrequest_timeout_s = 1\n")
+    # 1 s, stretched for a sanitized daemon, whose one-token answer may take longer.
+    cfg.write_text(f"[server]\nrequest_timeout_s = {round(scaled(1))}\n")
     d = start_daemon(SUPERVISED + ["--probe-interval", "0", "--log-level", "debug", "--config", str(cfg)])
     hdr = {"X-Request-Id": LOOKALIKE_ID}
     assert d.post("/v1/completions", json={"model": LIBRARY_LOOKALIKE, "prompt": "hi", "max_tokens": 1},
@@ -213,7 +214,7 @@ def test_client_text_in_the_log_never_reaches_the_log_scanner(start_daemon, tmp_
     with socket.create_connection(("127.0.0.1", d.port), timeout=5) as s:
         s.sendall(f"GET /{LIBRARY_LOOKALIKE} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
         assert s.recv(100).startswith(b"HTTP/1.1 400 ")
-    # Longer than the 1 s request timeout: the daemon logs the request id.
+    # Longer than the request timeout: the daemon logs the request id.
     slow = d.post("/v1/completions", json={"prompt": "Count:", "max_tokens": 900, "ignore_eos": True}, headers=hdr)
     assert slow.status_code == 504
     deadline = time.monotonic() + 5

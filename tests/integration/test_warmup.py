@@ -10,7 +10,11 @@ import openai
 import pytest
 import requests
 
-from conftest import INFERCTL, default_model, metric, needs_faults
+from conftest import INFERCTL, default_model, metric, needs_faults, scaled
+
+
+# The warm-up's own tests run the full plan; the test helpers' small shapes ask for least.
+FULL = ["--warmup-depth", "full"]
 
 
 def wait_until(pred, timeout, what):
@@ -23,9 +27,9 @@ def wait_until(pred, timeout, what):
 
 
 def test_endpoint_opens_only_after_every_phase(start_daemon):
-    d = start_daemon(["--model", default_model()], wait_state="live")
+    d = start_daemon(["--model", default_model()] + FULL, wait_state="live")
     phases, refused = set(), 0
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + scaled(180)
     while time.monotonic() < deadline:
         r = d.get("/health/ready")
         body = r.json()
@@ -51,15 +55,28 @@ def test_endpoint_opens_only_after_every_phase(start_daemon):
     for phase in ("ramped", "burst", "concurrent-long", "sustained"):
         assert metric(d, "inferd_warmup_phase_seconds", {"phase": phase}) > 0
     log = d.output()
-    assert "warm-up passed" in log and "Warming -> Serving" in log
+    assert "warm-up passed" in log and "Warming -> Serving" in log and "warm-up plan (full work)" in log
     report = d.admin_get("/admin/warmup").json()
     assert report["last_run"]["passed"] and report["unreached"] == []
     assert [p["name"] for p in report["last_run"]["phases"]] == ["ramped", "burst", "concurrent-long", "sustained"]
 
 
+def test_least_depth_start_touches_every_key(start_daemon):
+    """--warmup-depth least: the recovery's plan at start-up, the same gate."""
+    d = start_daemon(["--model", default_model(), "--warmup-depth", "least"])
+    total = metric(d, "inferd_warmup_keys_total")
+    assert total and total > 50 and metric(d, "inferd_warmup_keys_covered") == total
+    assert metric(d, "inferd_warmup_runs_total", {"result": "passed"}) == 1
+    assert "warm-up plan (least work)" in d.output() and "warm-up plan (full work)" not in d.output()
+    for phase in ("ramped", "burst", "concurrent-long", "sustained"):
+        assert metric(d, "inferd_warmup_phase_seconds", {"phase": phase}) > 0
+    assert d.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2}).status_code == 200
+    assert metric(d, "inferd_cold_shapes_total") == 0
+
+
 @needs_faults
 def test_a_failing_phase_keeps_the_endpoint_closed_and_is_retried(start_daemon):
-    d = start_daemon(["--model", default_model(), "--warmup-retries", "50"],
+    d = start_daemon(["--model", default_model(), "--warmup-retries", "50"] + FULL,
                      env={"INFERD_FAULTS": "warmup.fail=burst"}, wait_state="live")
     wait_until(lambda: "retry" in d.get("/health/ready").json()["activity"], 120, "no failed warm-up attempt")
     r = d.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
@@ -77,7 +94,7 @@ def test_a_failing_phase_keeps_the_endpoint_closed_and_is_retried(start_daemon):
 
 @needs_faults
 def test_retries_spent_fail_start_up(start_daemon):
-    d = start_daemon(["--model", default_model(), "--warmup-retries", "0"],
+    d = start_daemon(["--model", default_model(), "--warmup-retries", "0"] + FULL,
                      env={"INFERD_FAULTS": "warmup.fail=sustained"}, wait_state=None)
     assert d.wait(timeout=120) == 1
     log = d.output()
@@ -86,9 +103,9 @@ def test_retries_spent_fail_start_up(start_daemon):
 
 
 def test_operator_rerun_closes_and_reopens(start_daemon):
-    d = start_daemon(["--model", default_model()])
-    r = subprocess.run([str(INFERCTL), "warmup", "--url", d.url, "--admin-api-key", d.admin_key, "--timeout", "180"],
-                       capture_output=True, text=True, timeout=200)
+    d = start_daemon(["--model", default_model()] + FULL)
+    r = subprocess.run([str(INFERCTL), "warmup", "--url", d.url, "--admin-api-key", d.admin_key, "--timeout",
+                        str(round(scaled(180)))], capture_output=True, text=True, timeout=scaled(200))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "serving again" in r.stdout and "warming 4/4 sustained" in d.output()
     assert metric(d, "inferd_warmup_runs_total", {"result": "passed"}) == 2

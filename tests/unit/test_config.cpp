@@ -174,6 +174,8 @@ target = "journald"
     CHECK(config_error("[log]\ntarget = \"file\"\n") ==
           "x.toml:2: [log] target: must be one of auto, stderr, journald, got 'file'");
     CHECK(config_error("[server]\nhost = \"\"\n") == "x.toml:2: [server] host: must not be empty");
+    CHECK(config_error("[warmup]\ndepth = \"shallow\"\n") ==
+          "x.toml:2: [warmup] depth: must be full or least, got 'shallow'");
     CHECK(config_error("[parallel]\nnnodes = 2\nnode_rank = 2\n") ==
           "x.toml:3: [parallel] node_rank: node_rank must be less than nnodes (2), got 2");
   }
@@ -216,6 +218,7 @@ target = "journald"
     CHECK(flag_error({"--headless=yes"}) == "--headless: takes no value");
     CHECK(flag_error({"--log-level", "chatty"}) ==
           "--log-level: must be one of trace, debug, info, warn, error, critical, off, got 'chatty'");
+    CHECK(flag_error({"--warmup-depth", "some"}) == "--warmup-depth: must be full or least, got 'some'");
     CHECK(flag_error({"model.gguf"}) == "unexpected argument 'model.gguf' (flags start with --; see --help)");
     CHECK(flag_error({"--node-rank", "3"}) == "--node-rank: node_rank must be less than nnodes (1), got 3");
     CHECK(flag_error({"--config", "/nonexistent/inferd.toml"}) ==
