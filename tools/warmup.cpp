@@ -49,7 +49,8 @@ int show_plan(const Args& args) {
   engine::Engine eng(opts);
   const auto axes = eng.shape_axes();
   const warmup::PlanLimits limits{eng.max_model_len(), opts.max_num_seqs, opts.max_num_batched_tokens};
-  const warmup::Plan plan = warmup::make_plan(axes, limits, cfg.warmup);
+  const warmup::Depth depth = warmup::start_depth(cfg.warmup);
+  const warmup::Plan plan = warmup::make_plan(axes, limits, cfg.warmup, depth);
   const auto keys = eng.reachable_shape_keys();
   const auto unreached = warmup::unreached_buckets(plan, axes, limits);
   std::cout << "model " << cfg.model.path << ", max_model_len " << limits.max_model_len << ", max_num_seqs "
@@ -60,7 +61,8 @@ int show_plan(const Args& args) {
             << "  contexts:          " << join(axes.contexts) << "\n"
             << "  decode batches:    " << join(axes.decode_batches) << "\n"
             << "  graph sizes:       " << (axes.graph_sizes.empty() ? "none" : join(axes.graph_sizes)) << "\n"
-            << "plan" << (cfg.warmup.enable ? "" : " (disabled by [warmup] enable = false)") << ":\n"
+            << "plan (" << (depth == warmup::Depth::least ? "least" : "full") << " work)"
+            << (cfg.warmup.enable ? "" : " (disabled by [warmup] enable = false)") << ":\n"
             << warmup::describe(plan) << "reachable shape keys: " << keys.size() << "; plan covers "
             << (unreached.empty() ? "all of them" : "not all buckets") << "\n";
   for (const auto& u : unreached) std::cout << "  cannot be sure to reach " << u << "\n";

@@ -126,6 +126,11 @@ def test_plan_printed_offline():
     n = int(re.search(r"reachable shape keys: (\d+)", r.stdout).group(1))
     assert n > 50 and "plan covers all of them" in r.stdout
     assert "step.decode[b=8]" in r.stdout and "attention.f16.ctx[kvh=3,d=64,ctx=2048]" in r.stdout
+    assert "plan (full work)" in r.stdout
+    least = subprocess.run([str(INFERCTL), "warmup", "--plan", "--model", default_model(), "--max-model-len", "2048",
+                            "--max-num-batched-tokens", "512", "--max-num-seqs", "8", "--warmup-depth", "least"],
+                           capture_output=True, text=True, timeout=60)
+    assert least.returncode == 0 and "plan (least work)" in least.stdout and "plan covers all of them" in least.stdout
     bad = subprocess.run([str(INFERCTL), "warmup", "--plan", "--max-num-seqs", "zero"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--max-num-seqs" in bad.stderr
 
