@@ -148,8 +148,7 @@ def test_drain_waits_for_a_request_in_flight(start_daemon):
     """A generation running when SIGTERM arrives finishes before the process exits."""
     # Supervision off: its generation probe would also count as running, and a
     # SIGTERM timed by it could come before this request was sent. (So could
-    # `first` while the gauge still counted it: the engine now lowers the gauge
-    # before a finished request's answer leaves.)
+    # `first` while the gauges still counted it: waited out below.)
     cfg = write_config("[server]\ndrain_timeout_s = 60\n[health]\nenable = false\n")
     try:
         d = start_daemon(["--config", cfg])
@@ -158,6 +157,15 @@ def test_drain_waits_for_a_request_in_flight(start_daemon):
         if first.status_code in (404, 503):
             pytest.skip(f"no generation to keep a request in flight ({first.status_code})")
         result = {}
+        held = {"model_name": model}
+
+        def queued():
+            return metric(d, "vllm:num_requests_running", held) + metric(d, "vllm:num_requests_waiting", held)
+
+        # The gauges are published once a step ends: `first`'s answer can leave
+        # before its step has recounted the waiting requests, so they may still
+        # count it. Wait until they do not, or they could pass for the next one.
+        assert wait_until(lambda: queued() == 0, 60)
 
         def generate():
             result["r"] = d.post("/v1/completions", json={"model": model, "prompt": "Once upon a time",
@@ -167,9 +175,7 @@ def test_drain_waits_for_a_request_in_flight(start_daemon):
         t.start()
         # SIGTERM once the engine holds the request (a fixed sleep could end
         # before a loaded machine sent it).
-        held = {"model_name": model}
-        assert wait_until(lambda: "r" in result or metric(d, "vllm:num_requests_running", held)
-                          + metric(d, "vllm:num_requests_waiting", held) > 0, 60)
+        assert wait_until(lambda: "r" in result or queued() > 0, 60)
         assert "r" not in result, "the generation ended before SIGTERM"
         d.signal(signal.SIGTERM)
         t.join(timeout=120)
