@@ -44,16 +44,22 @@ def scaled(seconds):
     return seconds * TIME_SCALE
 
 
+def write_config(text):
+    """A TOML file holding `text`; its path (the caller removes it)."""
+    f = tempfile.NamedTemporaryFile("w", prefix="inferd-", suffix=".toml", delete=False)
+    f.write(text)
+    f.close()
+    return f.name
+
+
 def scaled_deadlines_config():
     """With INFERD_TEST_TIME_SCALE, a config file that stretches the daemon's own
     deadlines by the same factor (a warm-up phase, a request), for daemons
     started without a --config of their test's own; None without the scale."""
     if TIME_SCALE == 1:
         return None
-    f = tempfile.NamedTemporaryFile("w", prefix="inferd-scaled-", suffix=".toml", delete=False)
-    f.write(f"[server]\nrequest_timeout_s = {round(scaled(600))}\n[warmup]\nphase_timeout_s = {scaled(300)}\n")
-    f.close()
-    return f.name
+    return write_config(f"[server]\nrequest_timeout_s = {round(scaled(600))}\n"
+                        f"[warmup]\nphase_timeout_s = {scaled(300)}\n")
 
 
 def wait_until(predicate, timeout):

@@ -2,27 +2,20 @@
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
 import conftest
-from conftest import INFERD, default_model, faults_built_in, free_port, metric, needs_faults, wait_until
+from conftest import (INFERD, default_model, faults_built_in, free_port, metric, needs_faults, wait_until,
+                      write_config)
 
 
 def run_inferd(args, env=None, timeout=30):
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run([str(INFERD)] + list(args), capture_output=True, text=True, timeout=timeout, env=full_env)
-
-
-def write_config(text):
-    f = tempfile.NamedTemporaryFile("w", prefix="inferd-", suffix=".toml", delete=False)
-    f.write(text)
-    f.close()
-    return f.name
 
 
 def test_help_and_version():
