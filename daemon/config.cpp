@@ -274,8 +274,10 @@ Key gpu_devices_key() {
 }
 
 // vLLM's --speculative-config: a JSON object, e.g.
-// {"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":2};
-// "" for none. As in vLLM, an unset lookup bound takes the other's value, and 5 when both are unset.
+// {"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":2}
+// or {"method":"draft_model","model":"draft.gguf","num_speculative_tokens":5}
+// (as in vLLM, "model" alone implies "draft_model"); "" for none. As in vLLM, an
+// unset lookup bound takes the other's value, and 5 when both are unset.
 std::string parse_speculative(const std::string& text, SpeculativeConfig& out) {
   out = {};
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) return {};
@@ -292,18 +294,34 @@ std::string parse_speculative(const std::string& text, SpeculativeConfig& out) {
     return {};
   };
   for (const auto& [k, val] : o)
-    if (k != "method" && k != "num_speculative_tokens" && k != "prompt_lookup_min" && k != "prompt_lookup_max")
-      return fmt::format("unknown field \"{}\" (known: method, num_speculative_tokens, prompt_lookup_min, "
+    if (k != "method" && k != "model" && k != "num_speculative_tokens" && k != "prompt_lookup_min" &&
+        k != "prompt_lookup_max")
+      return fmt::format("unknown field \"{}\" (known: method, model, num_speculative_tokens, prompt_lookup_min, "
                          "prompt_lookup_max)", std::string_view(k));
   const auto* m = o.if_contains("method");
-  if (m == nullptr || !m->is_string()) return "\"method\" must be given as a string; the supported method is \"ngram\"";
-  const std::string method(m->as_string());
-  if (method != "ngram")
-    return fmt::format("method \"{}\" is not supported; the supported method is \"ngram\" (prompt lookup)", method);
+  const auto* model = o.if_contains("model");
+  if (model != nullptr && (!model->is_string() || model->as_string().empty()))
+    return "\"model\" must be the draft model's path as a string";
+  if (m == nullptr && model == nullptr)
+    return "\"method\" must be given as a string; the supported methods are \"ngram\" and \"draft_model\"";
+  if (m != nullptr && !m->is_string())
+    return "\"method\" must be a string; the supported methods are \"ngram\" and \"draft_model\"";
+  const std::string method = m != nullptr ? std::string(m->as_string()) : "draft_model";
+  if (method != "ngram" && method != "draft_model")
+    return fmt::format("method \"{}\" is not supported; the supported methods are \"ngram\" (prompt lookup) and "
+                       "\"draft_model\" (a smaller model of the same vocabulary)", method);
   out.method = method;
   if (!o.contains("num_speculative_tokens")) return "\"num_speculative_tokens\" is required";
-  for (auto e : {int_field("num_speculative_tokens", 1, 32, out.num_speculative_tokens),
-                 int_field("prompt_lookup_min", 1, 1024, out.prompt_lookup_min),
+  if (auto e = int_field("num_speculative_tokens", 1, 32, out.num_speculative_tokens); !e.empty()) return e;
+  if (method == "draft_model") {
+    if (model == nullptr) return "method \"draft_model\" needs \"model\", the draft model's path";
+    for (const char* k : {"prompt_lookup_min", "prompt_lookup_max"})
+      if (o.contains(k)) return fmt::format("\"{}\" belongs to method \"ngram\", not \"draft_model\"", k);
+    out.model = std::string(model->as_string());
+    return {};
+  }
+  if (model != nullptr) return "\"model\" belongs to method \"draft_model\", not \"ngram\"";
+  for (auto e : {int_field("prompt_lookup_min", 1, 1024, out.prompt_lookup_min),
                  int_field("prompt_lookup_max", 1, 1024, out.prompt_lookup_max)})
     if (!e.empty()) return e;
   if (out.prompt_lookup_min == 0 && out.prompt_lookup_max == 0) out.prompt_lookup_min = out.prompt_lookup_max = 5;
@@ -317,8 +335,9 @@ std::string parse_speculative(const std::string& text, SpeculativeConfig& out) {
 
 Key speculative_config_key() {
   return {"engine", "speculative_config", "speculative-config", Kind::String,
-          "speculative decoding as JSON, e.g. {\"method\":\"ngram\",\"num_speculative_tokens\":5,"
-          "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}: prompt lookup",
+          "speculative decoding as JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":5,"
+          "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2} (prompt lookup) or {\"method\":\"draft_model\","
+          "\"model\":\"draft.gguf\",\"num_speculative_tokens\":5} (a smaller model of the same vocabulary)",
           [](Config& c, const Value& v) -> std::string {
             SpeculativeConfig sc;
             std::string err = parse_speculative(std::get<std::string>(v), sc);

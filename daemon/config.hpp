@@ -60,13 +60,15 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-// Speculative decoding (--speculative-config, as vLLM's JSON): only the
-// prompt-lookup ("ngram") method. num_speculative_tokens 0: off.
+// Speculative decoding (--speculative-config, as vLLM's JSON): prompt lookup
+// ("ngram") or a draft model ("draft_model", `model` its path).
+// num_speculative_tokens 0: off.
 struct SpeculativeConfig {
   std::string method;
   int num_speculative_tokens = 0;
   int prompt_lookup_min = 0;
   int prompt_lookup_max = 0;
+  std::string model;  // "draft_model": the draft's GGUF file or checkpoint directory
   bool operator==(const SpeculativeConfig&) const = default;
 };
 

@@ -74,8 +74,10 @@ engine::EngineOptions engine_options(const Config& cfg) {
   // On a GPU the KV cache is sized by the device's memory; the CPU keeps kv_cache_bytes.
   if (cfg.engine.device != "cpu") o.gpu_memory_utilization = cfg.engine.gpu_memory_utilization;
   o.graph_sizes = cfg.engine.enforce_eager ? std::vector<int>{} : cfg.engine.cuda_graph_sizes;
-  if (const auto& sc = cfg.engine.speculative; sc.num_speculative_tokens > 0)
+  if (const auto& sc = cfg.engine.speculative; sc.num_speculative_tokens > 0) {
     o.speculative = engine::NgramOptions{sc.num_speculative_tokens, sc.prompt_lookup_min, sc.prompt_lookup_max};
+    o.draft_model = sc.model;
+  }
   return o;
 }
 

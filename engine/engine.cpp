@@ -17,6 +17,7 @@
 #include "engine/kv/kv_cache_manager.hpp"
 #include "engine/output/output_stream.hpp"
 #include "engine/sched/scheduler.hpp"
+#include "engine/spec/draft_model_proposer.hpp"
 #include "engine/step_heartbeat.hpp"
 #include "engine/tokenizer.hpp"
 #include "faults/fault_points.hpp"
@@ -128,6 +129,27 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
     spdlog::info("engine: the model outputs {} ids, the tokenizer has {} tokens; the {} padding ids are never sampled",
                  mc.vocab, n_tokens_, mc.vocab - n_tokens_);
   max_model_len_ = resolve_max_model_len(mc, opts_.max_model_len);
+  if (opts_.speculative) {
+    // A group's workers build their batch from the plan without its drafts' logits rows.
+    if (opts_.tp.size > 1)
+      throw std::invalid_argument("speculative decoding is not supported with tensor parallelism (tensor_parallel_size " +
+                                  std::to_string(opts_.tp.size) + ")");
+    if (model_->holds_sequence_state())
+      throw std::invalid_argument("speculative decoding is not supported for " + mc.architecture +
+                                  " (its state cannot roll back rejected drafts)");
+    if (!opts_.draft_model.empty()) {
+      // Before the KV cache is sized: on a device, the draft's weights and cache are in use.
+      stage("draft_model");
+      const DraftLimits dl{max_model_len_, opts_.max_num_batched_tokens, opts_.block_size, opts_.kv_cache_bytes,
+                           precision_};
+      auto draft = std::make_unique<DraftModelProposer>(
+          DraftModelOptions{opts_.draft_model, opts_.speculative->num_speculative_tokens}, *backend_, *tokenizer_, dl);
+      draft_ = draft.get();
+      proposer_ = std::move(draft);
+    } else {
+      proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);
+    }
+  }
   const KvGeometry g = plan_kv_cache(mc, max_model_len_, kv_sized_by_device(mc, last.bytes_total));
   model_->check_kv_cache(g);
   stage("kv_cache");
@@ -140,17 +162,9 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   if (own_state && opts_.tp.size > 1)
     throw std::invalid_argument(mc.architecture + " does not run with tensor parallelism yet (tensor_parallel_size " +
                                 std::to_string(opts_.tp.size) + ")");
-  if (own_state && opts_.speculative)
-    throw std::invalid_argument("speculative decoding by prompt lookup is not supported for " + mc.architecture +
-                                " (its state cannot roll back rejected drafts)");
   kv_manager_ = std::make_unique<KvCacheManager>(g.num_blocks, g.block_size, opts_.enable_prefix_caching && !own_state);
   SchedulerLimits limits{opts_.max_num_seqs, opts_.max_num_batched_tokens, max_model_len_};
   if (opts_.speculative) {
-    // A group's workers build their batch from the plan without its drafts' logits rows.
-    if (opts_.tp.size > 1)
-      throw std::invalid_argument("speculative decoding is not supported with tensor parallelism (tensor_parallel_size " +
-                                  std::to_string(opts_.tp.size) + ")");
-    proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);
     limits.num_speculative_tokens = opts_.speculative->num_speculative_tokens;
     spec_accepted_per_pos_ = std::vector<std::atomic<uint64_t>>(static_cast<size_t>(limits.num_speculative_tokens));
   }
@@ -208,7 +222,23 @@ ShapeAxes Engine::shape_axes() const {
 }
 
 std::vector<kernels::ShapeKey> Engine::reachable_shape_keys() const {
-  return engine::reachable_shape_keys(*file_, precision_, opts_.tp, kv_->geometry(), shape_axes());
+  auto keys = engine::reachable_shape_keys(*file_, precision_, opts_.tp, kv_->geometry(), shape_axes());
+  if (draft_) {
+    for (auto& k : draft_->reachable_shape_keys(shape_axes()))
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
+    std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.str() < b.str(); });
+  }
+  return keys;
+}
+
+void Engine::warm_proposer() {
+  if (!proposer_) return;
+  std::unique_lock lk(mu_);
+  const uint64_t asked = ++proposer_warms_asked_;
+  cv_.notify_all();
+  proposer_warm_cv_.wait(lk, [&] { return proposer_warms_done_ >= asked || stopping_; });
+  if (stopping_) throw std::runtime_error("the engine stopped");
+  if (!proposer_warm_error_.empty()) throw std::runtime_error(proposer_warm_error_);
 }
 
 void Engine::stop() {
@@ -219,6 +249,7 @@ void Engine::stop() {
   }
   cv_.notify_all();
   reset_cv_.notify_all();  // a reset waiting for the group to re-form gives up
+  proposer_warm_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -317,7 +348,8 @@ void Engine::loop() {
       if (heartbeat_ && inbox_.empty() && scheduler_->idle()) heartbeat_->set_idle();
       // A broken group runs nothing until a reset re-forms it.
       cv_.wait(lk, [&] {
-        return stopping_ || reset_reason_ || (!group_broken_ && (!inbox_.empty() || !scheduler_->idle()));
+        return stopping_ || reset_reason_ || proposer_warms_asked_ > proposer_warms_done_ ||
+               (!group_broken_ && (!inbox_.empty() || !scheduler_->idle()));
       });
       if (reset_reason_) {
         const std::string reason = *reset_reason_;
@@ -346,6 +378,20 @@ void Engine::loop() {
       }
       take_inbox();
       if (stopping_) break;
+      if (proposer_warms_asked_ > proposer_warms_done_) {
+        const uint64_t asked = proposer_warms_asked_;
+        lk.unlock();
+        std::string error;
+        try {
+          proposer_->warm(shape_axes());
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        lk.lock();
+        proposer_warm_error_ = std::move(error);
+        proposer_warms_done_ = asked;
+        proposer_warm_cv_.notify_all();
+      }
     }
     drop_cancelled();
     step();

@@ -40,6 +40,7 @@ class KvCacheManager;
 class Scheduler;
 class Executor;
 class StepHeartbeat;
+class DraftModelProposer;
 namespace grammar {
 class TokenIndex;
 }
@@ -84,6 +85,10 @@ struct EngineOptions {
   // distribution, but not the same tokens for a given seed. Not with a
   // tensor-parallel group (refused: std::invalid_argument).
   std::optional<NgramOptions> speculative;
+  // With `speculative`: the drafts come from this smaller model of the same
+  // vocabulary (a GGUF file or checkpoint directory; engine/spec/
+  // draft_model_proposer.hpp) instead of prompt lookup. Empty: prompt lookup.
+  std::string draft_model;
   // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
   LoadProgressFn on_load_progress;
@@ -215,6 +220,10 @@ class Engine {
   // axes, and the keys real traffic can reach, found by a dry run on the shape tracer.
   ShapeAxes shape_axes() const;
   std::vector<kernels::ShapeKey> reachable_shape_keys() const;
+  // Runs the proposer's own warm-up (a draft model's forwards over the shape
+  // axes) on the step thread and waits for it; nothing without a proposer.
+  // The warm-up calls it once it cleared the shape registry.
+  void warm_proposer();
 
   // Queues a request; throws InvalidRequest or QueueFull.
   std::shared_ptr<RequestHandle> submit(GenerationRequest req);
@@ -281,6 +290,7 @@ class Engine {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<KvCacheManager> kv_manager_;
   std::unique_ptr<Proposer> proposer_;
+  DraftModelProposer* draft_ = nullptr;  // proposer_, when it runs a draft model
   std::unique_ptr<grammar::TokenIndex> token_index_;  // the vocabulary's bytes, for grammar masks
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
@@ -303,6 +313,10 @@ class Engine {
   std::condition_variable reset_cv_;
   std::deque<std::unique_ptr<Live>> held_;
   std::atomic<bool> abort_step_{false};
+  // warm_proposer() asks the step loop, which runs it between steps.
+  uint64_t proposer_warms_asked_ = 0, proposer_warms_done_ = 0;
+  std::string proposer_warm_error_;  // why the last one failed; empty if it did not
+  std::condition_variable proposer_warm_cv_;
 
   // Step-loop state: the requests the scheduler holds, by sequence id.
   std::unordered_map<SeqId, std::unique_ptr<Live>> live_;

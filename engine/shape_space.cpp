@@ -42,21 +42,9 @@ int64_t graph_size_of(const std::vector<int64_t>& sizes, int64_t n) {
 
 kernels::LaunchKey decode_batch_key(int64_t n) { return {"step.decode", "b", {kernels::pow2_bucket(n)}}; }
 
-std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend& tracer, kernels::ShapeRegistry& traced,
-                                                 const KvGeometry& g, const ShapeAxes& axes) {
-  // One cache block is enough: the tracer reads no memory, only block tables.
-  KvGeometry one = g;
-  one.num_blocks = 1;
-  KvCache kv(one, tracer);
+void for_each_axis_step(const ShapeAxes& axes, std::span<const int32_t> table,
+                        const std::function<void(const StepBatch&)>& run) {
   const int64_t max_ctx = axes.contexts.empty() ? 1 : axes.contexts.back();
-  const std::vector<int32_t> table(static_cast<size_t>(max_ctx / std::max(1, g.block_size) + 2), 0);
-  std::vector<float> logits;
-  auto run = [&](const StepBatch& b) {
-    logits.resize(b.logits_rows.size() * static_cast<size_t>(model.config().vocab));
-    model.forward(b, kv, logits.data());
-  };
-
-  traced.clear();
   StepBatch b;
   uint64_t seq = 0;  // a new sequence each time, for a model that keeps their state
   for (int64_t t : axes.step_tokens) {  // t prompt tokens, as few sequences as the longest prompt allows
@@ -81,6 +69,24 @@ std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend&
     b.add(0, static_cast<int32_t>(c - 1), b.add_table(table), true, ++seq);
     run(b);
   }
+}
+
+std::vector<kernels::ShapeKey> trace_shape_space(Model& model, kernels::Backend& tracer, kernels::ShapeRegistry& traced,
+                                                 const KvGeometry& g, const ShapeAxes& axes) {
+  // One cache block is enough: the tracer reads no memory, only block tables.
+  KvGeometry one = g;
+  one.num_blocks = 1;
+  KvCache kv(one, tracer);
+  const int64_t max_ctx = axes.contexts.empty() ? 1 : axes.contexts.back();
+  const std::vector<int32_t> table(static_cast<size_t>(max_ctx / std::max(1, g.block_size) + 2), 0);
+  std::vector<float> logits;
+  auto run = [&](const StepBatch& b) {
+    logits.resize(b.logits_rows.size() * static_cast<size_t>(model.config().vocab));
+    model.forward(b, kv, logits.data());
+  };
+
+  traced.clear();
+  for_each_axis_step(axes, table, run);
   for (int64_t n : axes.decode_batches) traced.touch(decode_batch_key(n).key(), 0.0);
   for (int64_t b : axes.graph_sizes) {
     traced.touch(kernels::launch_keys::graph_capture(b).key(), 0.0);

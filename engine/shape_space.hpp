@@ -11,6 +11,8 @@
 // launches; the shape tracer computes them by a dry run of the model.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,14 @@ kernels::LaunchKey decode_batch_key(int64_t n);
 // a traced model never communicates) and traced.
 std::vector<kernels::ShapeKey> reachable_shape_keys(const GgufFile& file, Precision precision, TensorParallel tp,
                                                     const KvGeometry& g, const ShapeAxes& axes);
+
+// Runs one step per axis representative, each of which reaches its axis' keys:
+// the step-token and sampled-sequence buckets as prompts of token 0 from
+// position 0, each context as one decode token there. Every sequence uses
+// block table `table`, which must cover the longest context.
+struct StepBatch;
+void for_each_axis_step(const ShapeAxes& axes, std::span<const int32_t> table,
+                        const std::function<void(const StepBatch&)>& run);
 
 // The reachable keys for `model` (whose backend must be `tracer`, a shape tracer
 // writing to `traced`) with a KV cache of geometry `g`, sorted by their text.

@@ -188,8 +188,15 @@ Report run_plan(engine::Engine& eng, const Plan& plan, const std::vector<kernels
   // Coverage is this run's alone: keys touched by an earlier run (a failed
   // attempt, the start-up warm-up before a re-warm) must not open the gate.
   kernels::ShapeRegistry::global().clear();
+  // A speculative draft model's forwards are not in any request's steps (the
+  // warm-up's requests do not speculate): it runs its own over the axes.
+  try {
+    eng.warm_proposer();
+  } catch (const std::exception& e) {
+    report.failure = std::string("the speculative proposer's warm-up failed: ") + e.what();
+  }
   const PromptMaker prompts(eng.tokenizer());
-  for (size_t i = 0; i < plan.phases.size(); ++i) {
+  for (size_t i = 0; i < plan.phases.size() && report.passed(); ++i) {
     report.phases.push_back(run_phase(eng, prompts, static_cast<int>(i), plan.phases[i], opts, progress, stopping));
     const PhaseReport& ph = report.phases.back();
     if (!ph.error.empty()) {

@@ -16,7 +16,8 @@ namespace inferd::engine {
 struct GgufTensorInfo;
 
 // How far a load has got. Bytes and tensors count the file's weights, the bulk
-// of any load; the stages after "weights" ("tokenizer", then "kv_cache") carry
+// of any load; the stages after "weights" ("tokenizer", "draft_model" with a
+// speculative draft model, then "kv_cache") carry
 // the final counts. Reports never go backwards and the last has done == total.
 struct LoadProgress {
   std::string_view stage;

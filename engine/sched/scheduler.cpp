@@ -28,6 +28,7 @@ bool Scheduler::finish(SeqId seq) {
   std::erase(running_, seq);
   std::erase(waiting_, seq);
   kv_.free(seq);
+  if (proposer_) proposer_->release(seq);
   finished_.push_back(seq);
   return true;
 }
@@ -50,21 +51,34 @@ void Scheduler::put(StepPlan& plan, Seq& s, int n, std::vector<int32_t> drafts) 
   plan.seqs.push_back(std::move(ss));
 }
 
-// The drafts a decoding sequence carries this step: no more than its pace
-// allows, than the token budget left after its own token, than it may still
-// generate past this step's token, or than fit before max_model_len (the last
-// fed position stays below max_model_len - 1, as without drafts).
-std::vector<int32_t> Scheduler::drafts_for(Seq& s, int budget) {
-  if (proposer_ == nullptr || !s.spec.speculate) return {};
-  const int room = std::min({s.pace.next(), budget - 1, s.spec.max_tokens - s.n_generated() - 1,
-                             limits_.max_model_len - static_cast<int>(s.tokens.size()) - 1});
-  if (room <= 0) return {};
-  const DraftRequest req{s.spec.id, s.tokens, room};
+// The drafts each decoding sequence carries this step, asked of the proposer
+// in one call (a draft model drafts for all of them in the same forwards): no
+// more than its pace allows, than the token budget left after its own token
+// and the decodes before it with all their drafts, than it may still generate
+// past this step's token, or than fit before max_model_len (the last fed
+// position stays below max_model_len - 1, as without drafts).
+std::unordered_map<SeqId, std::vector<int32_t>> Scheduler::propose_drafts(int budget) {
+  std::unordered_map<SeqId, std::vector<int32_t>> out;
+  if (proposer_ == nullptr) return out;
+  std::vector<DraftRequest> reqs;
+  for (SeqId id : running_) {
+    if (budget <= 0) break;
+    Seq& s = seqs_.at(id);
+    if (s.pending() != 1) continue;
+    const int room = !s.spec.speculate ? 0
+                                       : std::min({s.pace.next(), budget - 1, s.spec.max_tokens - s.n_generated() - 1,
+                                                   limits_.max_model_len - static_cast<int>(s.tokens.size()) - 1});
+    budget -= 1 + std::max(room, 0);
+    if (room > 0) reqs.push_back({id, s.tokens, room});
+  }
+  if (reqs.empty()) return out;
   std::vector<std::vector<int32_t>> drafts;
-  proposer_->propose({&req, 1}, drafts);
-  if (drafts.empty()) return {};
-  if (static_cast<int>(drafts[0].size()) > room) drafts[0].resize(room);
-  return std::move(drafts[0]);
+  proposer_->propose(reqs, drafts);
+  for (size_t i = 0; i < reqs.size() && i < drafts.size(); ++i) {
+    if (static_cast<int>(drafts[i].size()) > reqs[i].max_drafts) drafts[i].resize(static_cast<size_t>(reqs[i].max_drafts));
+    if (!drafts[i].empty()) out.emplace(reqs[i].seq, std::move(drafts[i]));
+  }
+  return out;
 }
 
 // Drafts are dropped, newest sequence first, until the step's logits rows fit
@@ -113,6 +127,7 @@ StepPlan Scheduler::schedule() {
 
   // Decode tokens first, then prefill chunks of sequences already running.
   const std::vector<SeqId> order = running_;
+  auto proposed = propose_drafts(budget);
   for (int pass = 0; pass < 2; ++pass) {
     for (SeqId id : order) {
       if (budget <= 0) break;
@@ -122,7 +137,9 @@ StepPlan Scheduler::schedule() {
       if ((pass == 0) != decode) continue;
       const int n = std::min(s.pending(), budget);
       // Drafts never preempt anyone: without free blocks for them, the decode goes alone.
-      std::vector<int32_t> drafts = decode ? drafts_for(s, budget) : std::vector<int32_t>{};
+      std::vector<int32_t> drafts;
+      if (auto it = proposed.find(id); decode && it != proposed.end()) drafts = std::move(it->second);
+      if (static_cast<int>(drafts.size()) > budget - n) drafts.resize(static_cast<size_t>(std::max(0, budget - n)));
       const int d = static_cast<int>(drafts.size());
       if (d > 0 && !kv_.allocate_slots(id, s.n_computed + n + d)) drafts.clear();
       if (make_room(id, s.n_computed + n, plan)) {
@@ -207,6 +224,7 @@ std::vector<SeqId> Scheduler::clear() {
   std::vector<SeqId> ids(running_.begin(), running_.end());
   ids.insert(ids.end(), waiting_.begin(), waiting_.end());
   for (SeqId id : ids) kv_.free(id);
+  if (proposer_) proposer_->clear();
   seqs_.clear();
   running_.clear();
   waiting_.clear();

@@ -101,7 +101,7 @@ class Scheduler {
   bool make_room(SeqId seq, int total_tokens, StepPlan& plan);
   void preempt(SeqId victim, StepPlan& plan);
   void put(StepPlan& plan, Seq& s, int n, std::vector<int32_t> drafts = {});
-  std::vector<int32_t> drafts_for(Seq& s, int budget);
+  std::unordered_map<SeqId, std::vector<int32_t>> propose_drafts(int budget);
   void fit_logits_rows(StepPlan& plan);
   void cache_computed(SeqId id, const Seq& s);
 

@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/shape_space.hpp"
+
 namespace inferd::engine {
 
 // One decoding sequence asking for drafts.
@@ -23,6 +25,13 @@ class Proposer {
   // drafts[i] receives at most reqs[i].max_drafts tokens for reqs[i]; any
   // number from none is a valid answer, per sequence.
   virtual void propose(std::span<const DraftRequest> reqs, std::vector<std::vector<int32_t>>& drafts) = 0;
+  // A proposer that keeps state per sequence lets it go: the sequence ended.
+  virtual void release(uint64_t seq) { (void)seq; }
+  // Lets every sequence's state go (the engine was reset).
+  virtual void clear() {}
+  // Touches every shape key its own kernels can reach under the target's axes
+  // (a proposer that runs a model); the warm-up calls it before its phases.
+  virtual void warm(const ShapeAxes& target) { (void)target; }
 };
 
 }  // namespace inferd::engine

@@ -1,4 +1,4 @@
-"""Speculative decoding (--speculative-config, prompt lookup): greedy completions
+"""Speculative decoding (--speculative-config, prompt lookup and a draft model): greedy completions
 from a daemon with it equal those from one without, token for token, one at a
 time and several at once; sampled ones speculate too, constrained ones
 (response_format) never; its vLLM counters in /metrics are consistent; the warm-up still covers every shape its traffic
@@ -12,7 +12,10 @@ import tempfile
 import jsonschema
 import pytest
 
-from conftest import INFERCTL, INFERD, default_model, metric
+from conftest import INFERCTL, INFERD, SRC, default_model, metric
+
+TOOLS = SRC / "tools"
+GOLDEN = SRC / "tests" / "golden"
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2})
 
@@ -118,6 +121,9 @@ def test_constrained_requests_carry_no_drafts(start_daemon):
     ('{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":4,"prompt_lookup_max":2}',
      '"prompt_lookup_max" (2) must be at least "prompt_lookup_min" (4)'),
     ('{"method":"ngram","num_speculative_tokens":3,"draft_model":"x"}', 'unknown field "draft_model"'),
+    ('{"method":"draft_model","num_speculative_tokens":3}', 'method "draft_model" needs "model"'),
+    ('{"method":"ngram","num_speculative_tokens":3,"model":"x"}', '"model" belongs to method "draft_model"'),
+    ('{"model":"x","num_speculative_tokens":3,"prompt_lookup_max":2}', '"prompt_lookup_max" belongs to method "ngram"'),
     ("ngram", "must be a JSON object"),
 ])
 def test_bad_speculative_config_is_refused_naming_the_flag(value, message):
@@ -174,3 +180,55 @@ def test_the_single_request_bench_refuses_an_unknown_workload():
     r = subprocess.run([str(INFERCTL), "bench", "single", "--workloads", "count,poems"], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 2 and "--workloads: unknown workload 'poems'" in r.stderr, r.stderr
+
+
+def test_a_draft_model_gives_the_same_completions_and_its_shapes_are_warmed(start_daemon, tmp_path):
+    """The default model cut to its first 8 blocks drafts for the whole model."""
+    pytest.importorskip("gguf")
+    draft = tmp_path / "draft.gguf"
+    subprocess.run(["python3", str(TOOLS / "truncate_gguf.py"), default_model(), str(draft), "--blocks", "8"],
+                   check=True, capture_output=True, timeout=300)
+    plain = start_daemon(["--model", default_model(), "--no-warmup"])
+    want = [complete(plain, p, 40) for p in PROMPTS]
+    spec = json.dumps({"method": "draft_model", "model": str(draft), "num_speculative_tokens": 3})
+    d = start_daemon(["--model", default_model(), "--speculative-config", spec], timeout=300)
+    # The draft's own forwards were warmed and gated with the target's.
+    assert metric(d, "inferd_warmup_keys_covered") == metric(d, "inferd_warmup_keys_total")
+    assert "speculative draft model" in d.output()
+    assert [complete(d, p, 40) for p in PROMPTS] == want
+    with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        assert list(ex.map(lambda p: complete(d, p, 40), PROMPTS)) == want
+    drafts, draft_tokens, accepted, per_pos = spec_metrics(d)
+    assert drafts > 0 and 0 < accepted <= draft_tokens <= 3 * drafts, (drafts, draft_tokens, accepted)
+    assert len(per_pos) == 3 and sum(per_pos) == accepted
+    assert metric(d, "inferd_cold_shapes_total") == 0, [l for l in d.output().splitlines() if "cold shape" in l]
+
+
+def test_a_draft_model_of_other_shapes_has_its_keys_warmed_and_gated(start_daemon, tmp_path):
+    """A random two-block draft of width 256 (the target's is 576): its kernels'
+    shape keys are the target's plus its own, all touched before the gate opens,
+    and none is first used by traffic; its drafts are nearly all wrong, and the
+    output is still the target's own."""
+    pytest.importorskip("gguf")
+    draft = tmp_path / "tiny.gguf"
+    subprocess.run(["python3", str(TOOLS / "make_random_gguf.py"), "--donor", default_model(), "--shape", "tiny",
+                    "--type", "q8_0", str(draft)], check=True, capture_output=True, timeout=300)
+    plain = start_daemon(["--model", default_model()], timeout=300)
+    want = [complete(plain, p, 24) for p in PROMPTS[:2]]
+    spec = json.dumps({"method": "draft_model", "model": str(draft), "num_speculative_tokens": 2})
+    d = start_daemon(["--model", default_model(), "--speculative-config", spec], timeout=300)
+    total = metric(d, "inferd_warmup_keys_total")
+    assert total > metric(plain, "inferd_warmup_keys_total")
+    assert metric(d, "inferd_warmup_keys_covered") == total
+    assert [complete(d, p, 24) for p in PROMPTS[:2]] == want
+    assert spec_metrics(d)[0] > 0
+    assert metric(d, "inferd_cold_shapes_total") == 0, [l for l in d.output().splitlines() if "cold shape" in l]
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused_naming_it():
+    other = GOLDEN / "spm-tiny.gguf"
+    spec = json.dumps({"method": "draft_model", "model": str(other), "num_speculative_tokens": 3})
+    r = subprocess.run([str(INFERD), "--model", default_model(), "--no-warmup", "--speculative-config", spec],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert f"speculative draft model {other}: its tokenizer has" in r.stderr, r.stderr[-2000:]

@@ -442,7 +442,7 @@ target = "journald"
     CHECK(usage().find("--[no-]enforce-eager") != std::string::npos);
   }
 
-  TEST_CASE("config: [engine] speculative_config and --speculative-config, as vLLM's JSON; only ngram") {
+  TEST_CASE("config: [engine] speculative_config and --speculative-config, as vLLM's JSON: ngram or draft_model") {
     CHECK(Config{}.engine.speculative.num_speculative_tokens == 0);
     CHECK(!engine_options(Config{}).speculative);
     const Config c = load_config(cmdline(
@@ -465,10 +465,27 @@ target = "journald"
     CHECK(parse_config_toml("[engine]\nspeculative_config = \"\"\n", "x.toml").engine.speculative ==
           SpeculativeConfig{});
     CHECK(config_error("[engine]\nspeculative_config = '{\"method\":\"medusa\",\"num_speculative_tokens\":2}'\n") ==
-          "x.toml:2: [engine] speculative_config: method \"medusa\" is not supported; the supported method is "
-          "\"ngram\" (prompt lookup)");
+          "x.toml:2: [engine] speculative_config: method \"medusa\" is not supported; the supported methods are "
+          "\"ngram\" (prompt lookup) and \"draft_model\" (a smaller model of the same vocabulary)");
     CHECK(flag_error({"--speculative-config", R"({"num_speculative_tokens":2})"}) ==
-          R"(--speculative-config: "method" must be given as a string; the supported method is "ngram")");
+          R"(--speculative-config: "method" must be given as a string; the supported methods are "ngram" and "draft_model")");
+    // A draft model, as vLLM names it; "model" alone implies the method.
+    const Config dm = load_config(
+        cmdline({"--speculative-config", R"({"method":"draft_model","model":"/m/draft.gguf","num_speculative_tokens":4})"}));
+    CHECK(dm.engine.speculative == SpeculativeConfig{"draft_model", 4, 0, 0, "/m/draft.gguf"});
+    CHECK(engine_options(dm).draft_model == "/m/draft.gguf");
+    CHECK(engine_options(dm).speculative->num_speculative_tokens == 4);
+    CHECK(engine_options(c).draft_model.empty());
+    CHECK(load_config(cmdline({"--speculative-config", R"({"model":"d.gguf","num_speculative_tokens":2})"}))
+              .engine.speculative == SpeculativeConfig{"draft_model", 2, 0, 0, "d.gguf"});
+    CHECK(flag_error({"--speculative-config", R"({"method":"draft_model","num_speculative_tokens":2})"}) ==
+          R"(--speculative-config: method "draft_model" needs "model", the draft model's path)");
+    CHECK(flag_error({"--speculative-config", R"({"model":"","num_speculative_tokens":2})"}) ==
+          R"(--speculative-config: "model" must be the draft model's path as a string)");
+    CHECK(flag_error({"--speculative-config", R"({"method":"ngram","model":"d.gguf","num_speculative_tokens":2})"}) ==
+          R"(--speculative-config: "model" belongs to method "draft_model", not "ngram")");
+    CHECK(flag_error({"--speculative-config", R"({"model":"d.gguf","num_speculative_tokens":2,"prompt_lookup_min":1})"}) ==
+          R"(--speculative-config: "prompt_lookup_min" belongs to method "ngram", not "draft_model")");
     CHECK(flag_error({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":2.5})"}) ==
           R"(--speculative-config: "num_speculative_tokens" must be an integer from 1 to 32, got 2.5E0)");
     CHECK(flag_error({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":3,)"
