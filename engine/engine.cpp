@@ -145,6 +145,7 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
       auto draft = std::make_unique<DraftModelProposer>(
           DraftModelOptions{opts_.draft_model, opts_.speculative->num_speculative_tokens}, *backend_, *tokenizer_, dl);
       draft_ = draft.get();
+      if (heartbeat_) draft_->on_forward([hb = heartbeat_](uint64_t work) { hb->begin_step(work); });
       proposer_ = std::move(draft);
     } else {
       proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);
@@ -387,6 +388,7 @@ void Engine::loop() {
         } catch (const std::exception& e) {
           error = e.what();
         }
+        if (heartbeat_) heartbeat_->set_idle();  // its forwards began steps on the heartbeat
         lk.lock();
         proposer_warm_error_ = std::move(error);
         proposer_warms_done_ = asked;
@@ -523,11 +525,16 @@ void Engine::corrupt_if_armed() {
 }
 
 void Engine::step() {
+  // A draft model drafts inside schedule(), each forward begun on the heartbeat
+  // as a step of its own, so a wedged draft is seen like a wedged step.
   const StepPlan plan = scheduler_->schedule();
   // Even when nothing runs this step: a model that holds states lets these go.
   model_->release_sequences(plan.finished);
   model_->release_sequences(plan.preempted);
-  if (plan.empty()) return;
+  if (plan.empty()) {
+    if (heartbeat_ && draft_) heartbeat_->set_idle();  // drafts were made for a step that did not come
+    return;
+  }
   // Counts first: a client that sees this step's tokens must find the requests
   // it admitted counted as running, not still waiting (admission reads them).
   publish_stats();

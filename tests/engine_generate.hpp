@@ -77,4 +77,15 @@ inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
   return generate(eng, prompts, max_tokens, greedy);
 }
 
+// A small engine on `model`: one thread, 256 positions, steps of 64 tokens, 16 MiB of KV cache.
+inline inferd::engine::EngineOptions small_engine(const std::string& model) {
+  inferd::engine::EngineOptions o;
+  o.model_path = model;
+  o.threads = 1;
+  o.max_model_len = 256;
+  o.max_num_batched_tokens = 64;
+  o.kv_cache_bytes = 16 << 20;
+  return o;
+}
+
 }  // namespace test_engine

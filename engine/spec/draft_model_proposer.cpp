@@ -192,6 +192,15 @@ bool DraftModelProposer::make_room(uint64_t seq, int positions, const std::vecto
 std::vector<int32_t> DraftModelProposer::forward_argmax(const StepBatch& batch) {
   const auto vocab = static_cast<size_t>(model_->config().vocab);
   logits_.resize(batch.logits_rows.size() * vocab);
+  if (on_forward_) {
+    // Each run of tokens on one block table is a sequence's: its tokens times the context they reach.
+    uint64_t work = 0;
+    for (size_t i = 0, j = 0; i < batch.size(); i = j) {
+      for (j = i; j < batch.size() && batch.table_of[j] == batch.table_of[i]; ++j) {}
+      work += (j - i) * (static_cast<uint64_t>(batch.positions[j - 1]) + 1);
+    }
+    on_forward_(work);
+  }
   model_->forward(batch, *kv_, logits_.data());
   std::vector<int32_t> out(batch.logits_rows.size());
   for (size_t r = 0; r < out.size(); ++r) {

@@ -8,6 +8,7 @@
 // steps, on the target's backend.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -55,6 +56,11 @@ class DraftModelProposer final : public Proposer {
   std::vector<kernels::ShapeKey> reachable_shape_keys(const ShapeAxes& target) const;
   void warm(const ShapeAxes& target) override;
 
+  // Hears each forward just before it runs, with its work in tokens x context
+  // (as StepPlan::work counts it): the engine's step watchdog sees the draft's
+  // forwards as steps of their own.
+  void on_forward(std::function<void(uint64_t work)> hook) { on_forward_ = std::move(hook); }
+
   const ModelConfig& config() const { return model_->config(); }
   size_t sequences_held() const { return fed_.size(); }
 
@@ -80,6 +86,7 @@ class DraftModelProposer final : public Proposer {
   uint64_t clock_ = 0;
   StepBatch batch_;
   std::vector<float> logits_;
+  std::function<void(uint64_t)> on_forward_;
 };
 
 }  // namespace inferd::engine

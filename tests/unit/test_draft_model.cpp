@@ -12,6 +12,7 @@
 #include "engine/engine.hpp"
 #include "engine/gguf_reader.hpp"
 #include "engine/hf_checkpoint.hpp"
+#include "engine/step_heartbeat.hpp"
 #include "engine/spec/draft_model_proposer.hpp"
 #include "engine/tokenizer.hpp"
 #include "kernels/backend.hpp"
@@ -113,12 +114,7 @@ TEST_SUITE("whole_model") {
   }
 
   TEST_CASE("draft model: the engine's greedy output equals decoding one token a step, alone and batched") {
-    EngineOptions o;
-    o.model_path = test_paths::default_model();
-    o.threads = 1;
-    o.max_model_len = 256;
-    o.max_num_batched_tokens = 64;
-    o.kv_cache_bytes = 16 << 20;
+    EngineOptions o = test_engine::small_engine(test_paths::default_model());
     std::vector<std::vector<int32_t>> prompts;
     std::vector<test_engine::Generated> want_alone, want_batch;
     {
@@ -131,7 +127,11 @@ TEST_SUITE("whole_model") {
     }
     o.speculative = NgramOptions{4, 0, 0};
     o.draft_model = test_paths::default_model();  // the target itself: its drafts are nearly always right
-    Engine eng(o);
+    StepHeartbeat heartbeat;
+    Engine eng(o, &heartbeat);
+    // The draft's forwards are steps to the heartbeat, and none is left running.
+    eng.warm_proposer();
+    CHECK(heartbeat.idle());
     for (size_t i = 0; i < prompts.size(); ++i)
       CHECK_MESSAGE(test_engine::generate_greedy(eng, {prompts[i]}, 32)[0].ids == want_alone[i].ids, "prompt ", i);
     const auto st = eng.stats();
@@ -141,5 +141,6 @@ TEST_SUITE("whole_model") {
     REQUIRE(st.spec_accepted_per_pos.size() == 4);
     const auto got = test_engine::generate_greedy(eng, prompts, 32);
     for (size_t i = 0; i < prompts.size(); ++i) CHECK_MESSAGE(got[i].ids == want_batch[i].ids, "prompt ", i, " batched");
+    CHECK(heartbeat.steps_completed() > 0);
   }
 }

@@ -274,12 +274,7 @@ TEST_SUITE("speculative decoding") {
 namespace {
 
 EngineOptions engine_options(bool speculate) {
-  EngineOptions o;
-  o.model_path = test_paths::default_model();
-  o.threads = 1;
-  o.max_model_len = 256;
-  o.max_num_batched_tokens = 64;
-  o.kv_cache_bytes = 16 << 20;
+  EngineOptions o = test_engine::small_engine(test_paths::default_model());
   if (speculate) o.speculative = NgramOptions{5, 2, 4};
   return o;
 }
