@@ -34,6 +34,9 @@ namespace {
 
 constexpr int kRows = 16;   // weight rows per register
 constexpr int kTokens = 8;  // tokens per pass over a packed row group (two activation tiles)
+// Up to this many tokens, a row group is packed in registers block by block
+// (rows_x_few); more read it from scratch, packed once for every token tile.
+constexpr int kFewTokens = 8;
 
 // One block of sixteen rows, repacked.
 struct alignas(64) Packed {
@@ -340,20 +343,38 @@ inline void prefetch_share(const uint8_t* next, int64_t b) {
       _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
 }
 
-// One token (decode): each block is packed in registers and used at once.
-template <class W>
-void rows_x_token(const uint8_t* rows, const int32_t* off, int64_t nb, const ActTile* xq, const int32_t* start,
-                  float* y, __mmask16 mask, const uint8_t* next) {
+// Up to kTokens tokens (decode, a verify step, a small batch): each block is
+// packed in registers and used at once for every token, which costs less than
+// packing the group into scratch to read it back once.
+template <class W, int T>
+void rows_x_few(const uint8_t* rows, const int32_t* off, int64_t nb, const ActTile* xq, const int32_t* start,
+                float* y, int64_t ldy, __mmask16 mask, const uint8_t* next) {
   const __m512i offs = _mm512_load_si512(off);
   typename W::State st;
-  __m512 sum[1] = {_mm512_setzero_ps()}, corr[1] = {_mm512_setzero_ps()};
+  __m512 sum[T], corr[T];
+  for (int i = 0; i < T; ++i) sum[i] = corr[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_share<W>(next, b);
     Packed p;
     pack_at<W>(rows, b, off, offs, p, st);
-    block_x_tokens<W, 1>(p, xq, nb, b, 0, start, sum, corr);
+    block_x_tokens<W, T>(p, xq, nb, b, 0, start, sum, corr);
   }
-  _mm512_mask_storeu_ps(y, mask, _mm512_add_ps(sum[0], corr[0]));
+  for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(y + i * ldy, mask, _mm512_add_ps(sum[i], corr[i]));
+}
+
+template <class W>
+void rows_x_few_n(int n, const uint8_t* rows, const int32_t* off, int64_t nb, const ActTile* xq, const int32_t* start,
+                  float* y, int64_t ldy, __mmask16 mask, const uint8_t* next) {
+  switch (n) {
+    case 1: return rows_x_few<W, 1>(rows, off, nb, xq, start, y, ldy, mask, next);
+    case 2: return rows_x_few<W, 2>(rows, off, nb, xq, start, y, ldy, mask, next);
+    case 3: return rows_x_few<W, 3>(rows, off, nb, xq, start, y, ldy, mask, next);
+    case 4: return rows_x_few<W, 4>(rows, off, nb, xq, start, y, ldy, mask, next);
+    case 5: return rows_x_few<W, 5>(rows, off, nb, xq, start, y, ldy, mask, next);
+    case 6: return rows_x_few<W, 6>(rows, off, nb, xq, start, y, ldy, mask, next);
+    case 7: return rows_x_few<W, 7>(rows, off, nb, xq, start, y, ldy, mask, next);
+    default: return rows_x_few<W, kTokens>(rows, off, nb, xq, start, y, ldy, mask, next);
+  }
 }
 
 template <class W>
@@ -430,8 +451,8 @@ void quant_matmul_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens
     const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
     const uint8_t* rows = base + r * w.row_stride;
     const uint8_t* next = r + kRows < r1 ? rows + kRows * w.row_stride : nullptr;
-    if (n_tokens == 1) {
-      rows_x_token<W>(rows, off, nb, xq, start, y + r, mask, next);
+    if (n_tokens <= kFewTokens) {
+      rows_x_few_n<W>(static_cast<int>(n_tokens), rows, off, nb, xq, start, y + r, ldy, mask, next);
       continue;
     }
     // Several tokens: the group is packed once into scratch (in L1) and read for every token tile.
