@@ -21,42 +21,12 @@
 #include "engine/models/model_registry.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/launch_keys.hpp"
+#include "tests/gpu/cuda_runner.hpp"
 
 using namespace inferd;
-
-namespace {
-
-std::string model_path() {
-  if (const char* m = std::getenv("INFERD_MODEL")) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-// One model on its own CUDA backend, with its own KV cache and executor.
-struct Runner {
-  std::unique_ptr<kernels::Backend> be = kernels::make_cuda_backend(0);
-  std::unique_ptr<engine::GgufFile> file;
-  std::unique_ptr<engine::Model> model;
-  std::unique_ptr<engine::KvCache> kv;
-  std::unique_ptr<engine::Executor> exec;
-
-  Runner(const std::string& path, int blocks, std::vector<int> graph_sizes) {
-    file = engine::GgufFile::open(path);
-    model = engine::load_model(*file, *be);
-    const auto& mc = model->config();
-    kv = std::make_unique<engine::KvCache>(
-        engine::KvGeometry{mc.n_layers, mc.n_kv_heads, mc.head_dim, 16, blocks, kernels::DType::F16}, *be);
-    exec = std::make_unique<engine::Executor>(*model, *kv, *be, std::move(graph_sizes));
-  }
-};
-
-uint64_t uses(const kernels::LaunchKey& k) {
-  for (const auto& [key, use] : kernels::ShapeRegistry::global().snapshot())
-    if (key == k.key()) return use.count;
-  return 0;
-}
-
-}  // namespace
+using test_cuda::Runner;
+using test_cuda::model_path;
+using test_cuda::uses;
 
 TEST_CASE("CUDA graphs: replayed decode steps give the eager steps' logits bit for bit") {
   const std::string path = model_path();
@@ -67,10 +37,7 @@ TEST_CASE("CUDA graphs: replayed decode steps give the eager steps' logits bit f
   const int vocab = eager.model->config().vocab;
   kernels::ShapeRegistry::global().clear();
 
-  // Sequence s owns blocks s, s + 3, s + 6, ...: interleaved, as a shared cache hands them out.
-  std::vector<std::vector<int32_t>> tables(kSeqs);
-  for (int s = 0; s < kSeqs; ++s)
-    for (int b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(b * kSeqs + s);
+  const auto tables = test_cuda::interleaved_tables(kSeqs, kBlocksPerSeq);
   std::vector<int32_t> next(kSeqs, 0), fed(kSeqs, 0);  // next token of each sequence; positions fed so far
 
   std::vector<float> want, got;
@@ -78,19 +45,7 @@ TEST_CASE("CUDA graphs: replayed decode steps give the eager steps' logits bit f
   // One step: each (sequence, n) feeds n tokens, its next one first; both
   // runners, logits compared; a sequence's next token is the eager run's argmax.
   auto step = [&](const std::vector<std::pair<int, int>>& feeds) {
-    engine::StepPlan plan;
-    plan.step = static_cast<uint64_t>(++steps);
-    for (auto [s, n] : feeds) {
-      engine::ScheduledSeq q;
-      q.seq = static_cast<engine::SeqId>(s + 1);
-      q.start = fed[s];
-      q.tokens.push_back(next[s]);
-      for (int i = 1; i < n; ++i) q.tokens.push_back(200 + (fed[s] + i) * 37 % 9000);
-      q.block_table = tables[s];
-      q.sample = true;
-      plan.seqs.push_back(std::move(q));
-      fed[s] += n;
-    }
+    const engine::StepPlan plan = test_cuda::feed_plan(static_cast<uint64_t>(++steps), feeds, tables, next, fed);
     eager.exec->execute(plan, want);
     graphs.exec->execute(plan, got);
     REQUIRE(want.size() == feeds.size() * size_t(vocab));
