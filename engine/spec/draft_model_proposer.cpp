@@ -11,7 +11,6 @@
 #include "engine/gguf_reader.hpp"
 #include "engine/hf_checkpoint.hpp"
 #include "engine/models/model_registry.hpp"
-#include "kernels/shape_tracer.hpp"
 #include "engine/tokenizer.hpp"
 
 namespace inferd::engine {
@@ -232,10 +231,7 @@ ShapeAxes DraftModelProposer::draft_axes(const ShapeAxes& target) {
 }
 
 std::vector<kernels::ShapeKey> DraftModelProposer::reachable_shape_keys(const ShapeAxes& target) const {
-  kernels::ShapeRegistry traced;
-  auto tracer = kernels::make_shape_tracer(traced);
-  auto model = load_model(*file_, *tracer, limits_.precision);
-  return trace_shape_space(*model, *tracer, traced, kv_->geometry(), draft_axes(target));
+  return engine::reachable_shape_keys(*file_, limits_.precision, TensorParallel{}, kv_->geometry(), draft_axes(target));
 }
 
 void DraftModelProposer::warm(const ShapeAxes& target) {
