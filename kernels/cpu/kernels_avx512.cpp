@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <type_traits>
+
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/kv_walk.hpp"
 #include "kernels/quant_blocks.hpp"
@@ -362,33 +364,19 @@ void rows_x_few(const uint8_t* rows, const int32_t* off, int64_t nb, const ActTi
   for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(y + i * ldy, mask, _mm512_add_ps(sum[i], corr[i]));
 }
 
-template <class W>
-void rows_x_few_n(int n, const uint8_t* rows, const int32_t* off, int64_t nb, const ActTile* xq, const int32_t* start,
-                  float* y, int64_t ldy, __mmask16 mask, const uint8_t* next) {
+// Calls f(std::integral_constant<int, T>) with T = n for n from 1 to 7, else kTokens:
+// a kernel's token count as a constant, so that its sums stay in registers.
+template <class F>
+inline void with_tokens(int n, F&& f) {
   switch (n) {
-    case 1: return rows_x_few<W, 1>(rows, off, nb, xq, start, y, ldy, mask, next);
-    case 2: return rows_x_few<W, 2>(rows, off, nb, xq, start, y, ldy, mask, next);
-    case 3: return rows_x_few<W, 3>(rows, off, nb, xq, start, y, ldy, mask, next);
-    case 4: return rows_x_few<W, 4>(rows, off, nb, xq, start, y, ldy, mask, next);
-    case 5: return rows_x_few<W, 5>(rows, off, nb, xq, start, y, ldy, mask, next);
-    case 6: return rows_x_few<W, 6>(rows, off, nb, xq, start, y, ldy, mask, next);
-    case 7: return rows_x_few<W, 7>(rows, off, nb, xq, start, y, ldy, mask, next);
-    default: return rows_x_few<W, kTokens>(rows, off, nb, xq, start, y, ldy, mask, next);
-  }
-}
-
-template <class W>
-void rows_x_tokens_n(int n, const Packed* pk, int64_t nb, const ActTile* xq, int64_t t0, const int32_t* start,
-                     float* y, int64_t ldy, __mmask16 mask) {
-  switch (n) {
-    case 1: return rows_x_tokens<W, 1>(pk, nb, xq, t0, start, y, ldy, mask);
-    case 2: return rows_x_tokens<W, 2>(pk, nb, xq, t0, start, y, ldy, mask);
-    case 3: return rows_x_tokens<W, 3>(pk, nb, xq, t0, start, y, ldy, mask);
-    case 4: return rows_x_tokens<W, 4>(pk, nb, xq, t0, start, y, ldy, mask);
-    case 5: return rows_x_tokens<W, 5>(pk, nb, xq, t0, start, y, ldy, mask);
-    case 6: return rows_x_tokens<W, 6>(pk, nb, xq, t0, start, y, ldy, mask);
-    case 7: return rows_x_tokens<W, 7>(pk, nb, xq, t0, start, y, ldy, mask);
-    default: return rows_x_tokens<W, kTokens>(pk, nb, xq, t0, start, y, ldy, mask);
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, kTokens>{});
   }
 }
 
@@ -452,7 +440,9 @@ void quant_matmul_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens
     const uint8_t* rows = base + r * w.row_stride;
     const uint8_t* next = r + kRows < r1 ? rows + kRows * w.row_stride : nullptr;
     if (n_tokens <= kFewTokens) {
-      rows_x_few_n<W>(static_cast<int>(n_tokens), rows, off, nb, xq, start, y + r, ldy, mask, next);
+      with_tokens(static_cast<int>(n_tokens), [&](auto t) {
+        rows_x_few<W, decltype(t)::value>(rows, off, nb, xq, start, y + r, ldy, mask, next);
+      });
       continue;
     }
     // Several tokens: the group is packed once into scratch (in L1) and read for every token tile.
@@ -464,7 +454,7 @@ void quant_matmul_typed(const WeightView& w, const ActTile* xq, int64_t n_tokens
     }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens) {
       const int tn = n_tokens - t0 < kTokens ? static_cast<int>(n_tokens - t0) : kTokens;
-      rows_x_tokens_n<W>(tn, pk, nb, xq, t0, start, y + r, ldy, mask);
+      with_tokens(tn, [&](auto t) { rows_x_tokens<W, decltype(t)::value>(pk, nb, xq, t0, start, y + r, ldy, mask); });
     }
   }
 }
