@@ -276,7 +276,8 @@ Key gpu_devices_key() {
 // vLLM's --speculative-config: a JSON object, e.g.
 // {"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":2}
 // or {"method":"draft_model","model":"draft.gguf","num_speculative_tokens":5}
-// (as in vLLM, "model" alone implies "draft_model"); "" for none. As in vLLM, an
+// (as in vLLM, "model" alone implies "draft_model") or {"method":"draft_head",
+// "model":"head.gguf","num_speculative_tokens":3}; "" for none. As in vLLM, an
 // unset lookup bound takes the other's value, and 5 when both are unset.
 std::string parse_speculative(const std::string& text, SpeculativeConfig& out) {
   out = {};
@@ -301,26 +302,30 @@ std::string parse_speculative(const std::string& text, SpeculativeConfig& out) {
   const auto* m = o.if_contains("method");
   const auto* model = o.if_contains("model");
   if (model != nullptr && (!model->is_string() || model->as_string().empty()))
-    return "\"model\" must be the draft model's path as a string";
+    return "\"model\" must be the draft model's or draft head's path as a string";
   if (m == nullptr && model == nullptr)
-    return "\"method\" must be given as a string; the supported methods are \"ngram\" and \"draft_model\"";
+    return "\"method\" must be given as a string; the supported methods are \"ngram\", \"draft_model\" and "
+           "\"draft_head\"";
   if (m != nullptr && !m->is_string())
-    return "\"method\" must be a string; the supported methods are \"ngram\" and \"draft_model\"";
+    return "\"method\" must be a string; the supported methods are \"ngram\", \"draft_model\" and \"draft_head\"";
   const std::string method = m != nullptr ? std::string(m->as_string()) : "draft_model";
-  if (method != "ngram" && method != "draft_model")
-    return fmt::format("method \"{}\" is not supported; the supported methods are \"ngram\" (prompt lookup) and "
-                       "\"draft_model\" (a smaller model of the same vocabulary)", method);
+  if (method != "ngram" && method != "draft_model" && method != "draft_head")
+    return fmt::format("method \"{}\" is not supported; the supported methods are \"ngram\" (prompt lookup), "
+                       "\"draft_model\" (a smaller model of the same vocabulary) and \"draft_head\" (a head "
+                       "reading the model's hidden state, tools/train_draft_head.py)", method);
   out.method = method;
   if (!o.contains("num_speculative_tokens")) return "\"num_speculative_tokens\" is required";
   if (auto e = int_field("num_speculative_tokens", 1, 32, out.num_speculative_tokens); !e.empty()) return e;
-  if (method == "draft_model") {
-    if (model == nullptr) return "method \"draft_model\" needs \"model\", the draft model's path";
+  if (method != "ngram") {
+    if (model == nullptr)
+      return fmt::format("method \"{}\" needs \"model\", the {}'s path", method,
+                         method == "draft_model" ? "draft model" : "draft head");
     for (const char* k : {"prompt_lookup_min", "prompt_lookup_max"})
-      if (o.contains(k)) return fmt::format("\"{}\" belongs to method \"ngram\", not \"draft_model\"", k);
+      if (o.contains(k)) return fmt::format("\"{}\" belongs to method \"ngram\", not \"{}\"", k, method);
     out.model = std::string(model->as_string());
     return {};
   }
-  if (model != nullptr) return "\"model\" belongs to method \"draft_model\", not \"ngram\"";
+  if (model != nullptr) return "\"model\" belongs to methods \"draft_model\" and \"draft_head\", not \"ngram\"";
   for (auto e : {int_field("prompt_lookup_min", 1, 1024, out.prompt_lookup_min),
                  int_field("prompt_lookup_max", 1, 1024, out.prompt_lookup_max)})
     if (!e.empty()) return e;
@@ -337,7 +342,9 @@ Key speculative_config_key() {
   return {"engine", "speculative_config", "speculative-config", Kind::String,
           "speculative decoding as JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":5,"
           "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2} (prompt lookup) or {\"method\":\"draft_model\","
-          "\"model\":\"draft.gguf\",\"num_speculative_tokens\":5} (a smaller model of the same vocabulary)",
+          "\"model\":\"draft.gguf\",\"num_speculative_tokens\":5} (a smaller model of the same vocabulary) or "
+          "{\"method\":\"draft_head\",\"model\":\"head.gguf\",\"num_speculative_tokens\":3} (a head reading the "
+          "model's hidden state, CPU only)",
           [](Config& c, const Value& v) -> std::string {
             SpeculativeConfig sc;
             std::string err = parse_speculative(std::get<std::string>(v), sc);

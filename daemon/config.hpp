@@ -61,14 +61,15 @@ struct ModelConfig {
 };
 
 // Speculative decoding (--speculative-config, as vLLM's JSON): prompt lookup
-// ("ngram") or a draft model ("draft_model", `model` its path).
+// ("ngram"), a draft model ("draft_model", `model` its path) or a draft head
+// ("draft_head", `model` its path).
 // num_speculative_tokens 0: off.
 struct SpeculativeConfig {
   std::string method;
   int num_speculative_tokens = 0;
   int prompt_lookup_min = 0;
   int prompt_lookup_max = 0;
-  std::string model;  // "draft_model": the draft's GGUF file or checkpoint directory
+  std::string model;  // "draft_model": the draft's GGUF file or checkpoint directory; "draft_head": the head's GGUF
   bool operator==(const SpeculativeConfig&) const = default;
 };
 

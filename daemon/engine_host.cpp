@@ -76,7 +76,7 @@ engine::EngineOptions engine_options(const Config& cfg) {
   o.graph_sizes = cfg.engine.enforce_eager ? std::vector<int>{} : cfg.engine.cuda_graph_sizes;
   if (const auto& sc = cfg.engine.speculative; sc.num_speculative_tokens > 0) {
     o.speculative = engine::NgramOptions{sc.num_speculative_tokens, sc.prompt_lookup_min, sc.prompt_lookup_max};
-    o.draft_model = sc.model;
+    (sc.method == "draft_head" ? o.draft_head : o.draft_model) = sc.model;
   }
   return o;
 }

@@ -17,6 +17,7 @@
 #include "engine/kv/kv_cache_manager.hpp"
 #include "engine/output/output_stream.hpp"
 #include "engine/sched/scheduler.hpp"
+#include "engine/spec/draft_head_proposer.hpp"
 #include "engine/spec/draft_model_proposer.hpp"
 #include "engine/step_heartbeat.hpp"
 #include "engine/tokenizer.hpp"
@@ -137,6 +138,8 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
     if (model_->holds_sequence_state())
       throw std::invalid_argument("speculative decoding is not supported for " + mc.architecture +
                                   " (its state cannot roll back rejected drafts)");
+    if (!opts_.draft_model.empty() && !opts_.draft_head.empty())
+      throw std::invalid_argument("speculative decoding takes a draft model or a draft head, not both");
     if (!opts_.draft_model.empty()) {
       // Before the KV cache is sized: on a device, the draft's weights and cache are in use.
       stage("draft_model");
@@ -147,6 +150,10 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
       draft_ = draft.get();
       if (heartbeat_) draft_->on_forward([hb = heartbeat_](uint64_t work) { hb->begin_step(work); });
       proposer_ = std::move(draft);
+    } else if (!opts_.draft_head.empty()) {
+      proposer_ = std::make_unique<DraftHeadProposer>(
+          DraftHeadOptions{opts_.draft_head, opts_.speculative->num_speculative_tokens, n_tokens_}, *backend_, *model_,
+          *file_);
     } else {
       proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);
     }
@@ -224,8 +231,8 @@ ShapeAxes Engine::shape_axes() const {
 
 std::vector<kernels::ShapeKey> Engine::reachable_shape_keys() const {
   auto keys = engine::reachable_shape_keys(*file_, precision_, opts_.tp, kv_->geometry(), shape_axes());
-  if (draft_) {
-    for (auto& k : draft_->reachable_shape_keys(shape_axes()))
+  if (proposer_) {
+    for (auto& k : proposer_->reachable_shape_keys(shape_axes()))
       if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(std::move(k));
     std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.str() < b.str(); });
   }
@@ -547,7 +554,7 @@ void Engine::step() {
     if (draws)
       executor_->execute(plan, draws->params, draws->logits_too, logits_, draws->tokens);
     else
-      executor_->execute(plan, logits_);
+      executor_->execute(plan, logits_, proposer_ && proposer_->reads_features() ? &features_ : nullptr);
     corrupt_if_armed();
     if (heartbeat_) heartbeat_->end_step();
   } catch (const kernels::Cancelled&) {
@@ -693,8 +700,15 @@ void Engine::sample_seq(const ScheduledSeq& s, int row, const DeviceDraws* draws
     sampled.push_back({s.seq, results.back().token});
     return results.back().token;
   };
+  // A proposer reading features hears the one behind the sequence's newest token.
+  auto observe = [&](int at, size_t n_tokens) {
+    if (!proposer_ || !proposer_->reads_features()) return;
+    const auto dim = static_cast<size_t>(model_->config().dim);
+    proposer_->observe(s.seq, n_tokens, std::span<const float>(features_).subspan(static_cast<size_t>(at) * dim, dim));
+  };
   if (s.num_drafts == 0) {
     sample_row(row, v.tokens, -1);
+    observe(row, v.tokens.size() + 1);
     return;
   }
   // Row i is the target's distribution after the last token and the first i
@@ -713,6 +727,7 @@ void Engine::sample_seq(const ScheduledSeq& s, int row, const DeviceDraws* draws
     ++accepted;
   }
   if (accepted == s.num_drafts) sample_row(row + accepted, context, -1);  // every draft kept: the bonus token
+  observe(row + accepted, context.size() + 1);
   spec_drafts_.fetch_add(1);
   spec_draft_tokens_.fetch_add(static_cast<uint64_t>(s.num_drafts));
   spec_accepted_.fetch_add(static_cast<uint64_t>(accepted));

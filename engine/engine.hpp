@@ -89,6 +89,10 @@ struct EngineOptions {
   // vocabulary (a GGUF file or checkpoint directory; engine/spec/
   // draft_model_proposer.hpp) instead of prompt lookup. Empty: prompt lookup.
   std::string draft_model;
+  // With `speculative`: the drafts come from this head reading the target's
+  // hidden state (a GGUF of architecture "draft_head"; engine/spec/
+  // draft_head_proposer.hpp). Not with draft_model.
+  std::string draft_head;
   // Hears the load as it goes (engine/models/model_registry.hpp): stages "weights" (per
   // tensor), "tokenizer", "kv_cache", on the constructing thread.
   LoadProgressFn on_load_progress;
@@ -321,6 +325,7 @@ class Engine {
   // Step-loop state: the requests the scheduler holds, by sequence id.
   std::unordered_map<SeqId, std::unique_ptr<Live>> live_;
   std::vector<float> logits_;
+  std::vector<float> features_;  // each logits row's feature, for a proposer that reads them
 
   // Counters read by stats().
   std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0};

@@ -30,9 +30,9 @@ int Executor::graph_size(int64_t n) const {
   return it == graph_sizes_.end() ? 0 : *it;
 }
 
-void Executor::execute(const StepPlan& plan, std::vector<float>& logits) {
+void Executor::execute(const StepPlan& plan, std::vector<float>& logits, std::vector<float>* features) {
   batch_.clear();
-  run(plan, logits, nullptr);
+  run(plan, logits, nullptr, features);
 }
 
 void Executor::execute(const StepPlan& plan, std::span<const kernels::RowSampling> sampling, bool logits_too,
@@ -40,10 +40,11 @@ void Executor::execute(const StepPlan& plan, std::span<const kernels::RowSamplin
   batch_.clear();
   batch_.sampling.assign(sampling.begin(), sampling.end());
   batch_.logits_too = logits_too;
-  run(plan, logits, &tokens);
+  run(plan, logits, &tokens, nullptr);
 }
 
-void Executor::run(const StepPlan& plan, std::vector<float>& logits, std::vector<int32_t>* tokens) {
+void Executor::run(const StepPlan& plan, std::vector<float>& logits, std::vector<int32_t>* tokens,
+                   std::vector<float>* features) {
   for (const auto& s : plan.seqs) {
     const int32_t table = batch_.add_table(s.block_table);
     const int n = static_cast<int>(s.tokens.size());
@@ -60,7 +61,8 @@ void Executor::run(const StepPlan& plan, std::vector<float>& logits, std::vector
     const size_t rows = batch_.logits_rows.size();
     if (tokens) tokens->resize(rows);
     if (!tokens || batch_.logits_too) logits.resize(rows * vocab);
-    model_.forward(batch_, kv_, logits.data(), tokens ? tokens->data() : nullptr);
+    if (features) features->resize(rows * static_cast<size_t>(model_.config().dim));
+    model_.forward(batch_, kv_, logits.data(), tokens ? tokens->data() : nullptr, features ? features->data() : nullptr);
   };
   if (size == 0) return forward();
   // Every row samples here: the padding's rows come last (greedy where the
@@ -72,6 +74,7 @@ void Executor::run(const StepPlan& plan, std::vector<float>& logits, std::vector
   backend_.run_captured(size, forward);
   if (tokens) tokens->resize(static_cast<size_t>(n));
   if (!tokens || batch_.logits_too) logits.resize(static_cast<size_t>(n) * vocab);
+  if (features) features->resize(static_cast<size_t>(n) * static_cast<size_t>(model_.config().dim));
 }
 
 }  // namespace inferd::engine

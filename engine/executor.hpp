@@ -25,7 +25,9 @@ class Executor {
   Executor(Model& model, KvCache& kv, kernels::Backend& backend, std::vector<int> graph_sizes = {});
   // logits: resized to one row of the model's vocab per logits row the plan wants
   // (ScheduledSeq::logits_rows), in plan order.
-  void execute(const StepPlan& plan, std::vector<float>& logits);
+  // features, when given: resized to one row of the model's width per logits
+  // row, each that row's feature (Model::forward), for a draft head.
+  void execute(const StepPlan& plan, std::vector<float>& logits, std::vector<float>* features = nullptr);
   // The same with the model sampling on its device (Model::samples_on_device):
   // tokens gets each logits row's token drawn as sampling[row] says, and logits
   // are filled only when logits_too.
@@ -40,7 +42,8 @@ class Executor {
   KvCache& kv_;
   kernels::Backend& backend_;
   std::vector<int> graph_sizes_;
-  void run(const StepPlan& plan, std::vector<float>& logits, std::vector<int32_t>* tokens);
+  void run(const StepPlan& plan, std::vector<float>& logits, std::vector<int32_t>* tokens,
+           std::vector<float>* features);
 
   StepBatch batch_;  // reused between steps: its vectors keep their capacity
 };

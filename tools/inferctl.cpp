@@ -24,6 +24,7 @@ constexpr Command kCommands[] = {
     {"status", "state, activity, uptime and model of a running daemon", cmd_status},
     {"warmup", "print the warm-up plan (--plan) or re-run it on a running daemon", cmd_warmup},
     {"generate", "one prompt through the embedded engine, streamed to stdout", cmd_generate},
+    {"draft-head-data", "a draft head's training data: the model's own greedy continuations and features", cmd_draft_head_data},
     {"bench", "benchmarks with JSON output: engine alone, or a daemon over HTTP", cmd_bench},
     {"proof", "the gates a deployment must pass: readiness, probe, context, tools, schema, restart...", cmd_proof},
     {"check-model", "a checkpoint directory against the gate inferd runs while Loading", cmd_check_model},

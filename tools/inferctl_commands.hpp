@@ -96,6 +96,7 @@ int cmd_bench_engine(const Args& args);
 int cmd_check_model(const Args& args);  // check_model.cpp
 int cmd_bench_serve(const Args& args);
 int cmd_bench_single(const Args& args);
+int cmd_draft_head_data(const Args& args);  // draft_head_data.cpp
 int cmd_generate(const Args& args);
 int cmd_proof(const Args& args);
 int cmd_warmup(const Args& args);

@@ -58,7 +58,12 @@ class DecoderModel final : public Model {
 
   bool samples_on_device() const override { return be_.can_sample() && !be_.host_visible() && tp_.size == 1; }
 
-  void forward(const StepBatch& b, KvCache& kv, float* logits, int32_t* tokens) override {
+  bool emits_features() const override { return tp_.size == 1; }
+  SharedHead shared_head() const override {
+    return {tok_embd_, output_, opts_.embed_scale ? std::sqrt(static_cast<float>(cfg_.dim)) : 1.0f};
+  }
+
+  void forward(const StepBatch& b, KvCache& kv, float* logits, int32_t* tokens, float* features) override {
     const int64_t T = static_cast<int64_t>(b.size());
     if (T == 0) return;
     const int D = cfg_.dim, H = heads_, Hkv = cfg_.kv_heads_here, hd = cfg_.head_dim;
@@ -121,6 +126,7 @@ class DecoderModel final : public Model {
     const kernels::WeightView rows{kernels::DType::F32, x, T, D, D * sizeof(float)};
     be_.get_rows(rows, in.logits_rows, R, h);
     be_.rmsnorm(h, out_norm_, q, R, D, cfg_.norm_eps);
+    if (features) be_.download(features, q, static_cast<size_t>(R) * D * sizeof(float));
     const size_t n_logits = static_cast<size_t>(R) * cfg_.vocab;
     // Where the head writes: the host's logits, or device scratch downloaded
     // last (capped there too: a captured step's download lands after forward returns).

@@ -50,7 +50,7 @@ class DeepseekV4Sequences final : public Model {
                                   " must be a multiple of 4 that divides, or is a multiple of, each compress ratio");
   }
 
-  void forward(const StepBatch& batch, KvCache& kv, float* logits, int32_t*) override {
+  void forward(const StepBatch& batch, KvCache& kv, float* logits, int32_t*, float*) override {
     if (!batch.sampling.empty()) throw std::logic_error("deepseek_v4: sampling on the device is not supported");
     if (batch.seqs.size() != batch.size()) throw std::logic_error("deepseek_v4: a step without its sequence ids");
     std::vector<DeepseekV4Feed> feeds;

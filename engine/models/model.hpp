@@ -91,9 +91,23 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   // Runs the step; logits (host memory) gets logits_rows.size() rows of
   // config().vocab floats. With batch.sampling, tokens (host memory) gets each
-  // row's sampled token instead, and logits only if batch.logits_too.
-  virtual void forward(const StepBatch& batch, KvCache& kv, float* logits, int32_t* tokens) = 0;
-  void forward(const StepBatch& batch, KvCache& kv, float* logits) { forward(batch, kv, logits, nullptr); }
+  // row's sampled token instead, and logits only if batch.logits_too. Where
+  // features is given (host memory; only where emits_features()), it gets each
+  // logits row's final hidden state as the head reads it (after the output
+  // norm), config().dim floats a row: what a draft head reads.
+  virtual void forward(const StepBatch& batch, KvCache& kv, float* logits, int32_t* tokens, float* features) = 0;
+  void forward(const StepBatch& batch, KvCache& kv, float* logits, int32_t* tokens) {
+    forward(batch, kv, logits, tokens, nullptr);
+  }
+  void forward(const StepBatch& batch, KvCache& kv, float* logits) { forward(batch, kv, logits, nullptr, nullptr); }
+  // Whether forward() fills `features`, and the weights a draft head shares
+  // with the model: the token embedding and the output head (host memory).
+  virtual bool emits_features() const { return false; }
+  struct SharedHead {
+    kernels::WeightView embedding, output;
+    float embed_scale = 1.0f;  // the model's scale on embedding rows
+  };
+  virtual SharedHead shared_head() const { return {}; }
   // Whether forward() takes batch.sampling: its backend samples and one rank holds the whole vocabulary.
   virtual bool samples_on_device() const { return false; }
   // Whether the model keeps each sequence's state itself, keyed by batch.seqs,

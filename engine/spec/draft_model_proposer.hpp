@@ -53,7 +53,7 @@ class DraftModelProposer final : public Proposer {
 
   // The shape keys the draft's forwards can reach under the target's axes, and
   // a run of real forwards that touches each of them (engine/shape_space.hpp).
-  std::vector<kernels::ShapeKey> reachable_shape_keys(const ShapeAxes& target) const;
+  std::vector<kernels::ShapeKey> reachable_shape_keys(const ShapeAxes& target) const override;
   void warm(const ShapeAxes& target) override;
 
   // Hears each forward just before it runs, with its work in tokens x context

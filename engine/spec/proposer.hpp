@@ -29,9 +29,24 @@ class Proposer {
   virtual void release(uint64_t seq) { (void)seq; }
   // Lets every sequence's state go (the engine was reset).
   virtual void clear() {}
-  // Touches every shape key its own kernels can reach under the target's axes
-  // (a proposer that runs a model); the warm-up calls it before its phases.
+  // The shape keys its own kernels can reach under the target's axes (a
+  // proposer that runs a model or a head), and a run that touches every one:
+  // the warm-up's coverage gate counts them, and runs warm() before its phases.
+  virtual std::vector<kernels::ShapeKey> reachable_shape_keys(const ShapeAxes& target) const {
+    (void)target;
+    return {};
+  }
   virtual void warm(const ShapeAxes& target) { (void)target; }
+  // A proposer that drafts from the target's hidden state (a draft head)
+  // hears, after each step, every sampled sequence's feature at its last fed
+  // position (Model::forward's features), which produced its newest token;
+  // the sequence then holds n_tokens tokens, that one the last.
+  virtual bool reads_features() const { return false; }
+  virtual void observe(uint64_t seq, size_t n_tokens, std::span<const float> feature) {
+    (void)seq;
+    (void)n_tokens;
+    (void)feature;
+  }
 };
 
 }  // namespace inferd::engine

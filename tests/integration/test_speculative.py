@@ -1,4 +1,4 @@
-"""Speculative decoding (--speculative-config, prompt lookup and a draft model): greedy completions
+"""Speculative decoding (--speculative-config: prompt lookup, a draft model, a draft head): greedy completions
 from a daemon with it equal those from one without, token for token, one at a
 time and several at once; sampled ones speculate too, constrained ones
 (response_format) never; its vLLM counters in /metrics are consistent; the warm-up still covers every shape its traffic
@@ -122,7 +122,7 @@ def test_constrained_requests_carry_no_drafts(start_daemon):
      '"prompt_lookup_max" (2) must be at least "prompt_lookup_min" (4)'),
     ('{"method":"ngram","num_speculative_tokens":3,"draft_model":"x"}', 'unknown field "draft_model"'),
     ('{"method":"draft_model","num_speculative_tokens":3}', 'method "draft_model" needs "model"'),
-    ('{"method":"ngram","num_speculative_tokens":3,"model":"x"}', '"model" belongs to method "draft_model"'),
+    ('{"method":"ngram","num_speculative_tokens":3,"model":"x"}', '"model" belongs to methods "draft_model" and "draft_head"'),
     ('{"model":"x","num_speculative_tokens":3,"prompt_lookup_max":2}', '"prompt_lookup_max" belongs to method "ngram"'),
     ("ngram", "must be a JSON object"),
 ])
@@ -232,3 +232,42 @@ def test_a_draft_model_of_another_vocabulary_is_refused_naming_it():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert f"speculative draft model {other}: its tokenizer has" in r.stderr, r.stderr[-2000:]
+
+
+def make_head(model, path, hidden=64):
+    """An untrained draft head for `model` (tools/train_draft_head.py --untrained)."""
+    subprocess.run(["python3", str(TOOLS / "train_draft_head.py"), "--model", str(model), "--out", str(path),
+                    "--untrained", "--hidden", str(hidden)], check=True, capture_output=True, timeout=300)
+    return path
+
+
+def test_a_draft_head_gives_the_same_completions_and_its_shapes_are_warmed(start_daemon, tmp_path):
+    """A head reading the target's hidden state: its kernels' shape keys join
+    the target's and are all touched before the gate opens; none is first used
+    by traffic; the output is the target's own, alone and concurrently."""
+    pytest.importorskip("gguf")
+    head = make_head(default_model(), tmp_path / "head.gguf")
+    plain = start_daemon(["--model", default_model()], timeout=300)
+    want = [complete(plain, p, 24) for p in PROMPTS]
+    spec = json.dumps({"method": "draft_head", "model": str(head), "num_speculative_tokens": 3})
+    d = start_daemon(["--model", default_model(), "--speculative-config", spec], timeout=300)
+    total = metric(d, "inferd_warmup_keys_total")
+    assert total > metric(plain, "inferd_warmup_keys_total")
+    assert metric(d, "inferd_warmup_keys_covered") == total
+    assert [complete(d, p, 24) for p in PROMPTS] == want
+    with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        assert list(ex.map(lambda p: complete(d, p, 24), PROMPTS)) == want
+    drafts, draft_tokens, accepted, per_pos = spec_metrics(d)
+    assert drafts > 0 and accepted <= draft_tokens <= 3 * drafts, (drafts, draft_tokens, accepted)
+    assert len(per_pos) == 3 and sum(per_pos) == accepted
+    assert metric(d, "inferd_cold_shapes_total") == 0, [l for l in d.output().splitlines() if "cold shape" in l]
+
+
+def test_a_draft_head_for_another_model_is_refused_naming_it(tmp_path):
+    pytest.importorskip("gguf")
+    head = make_head(GOLDEN / "spm-tiny.gguf", tmp_path / "other-head.gguf", hidden=8)
+    spec = json.dumps({"method": "draft_head", "model": str(head), "num_speculative_tokens": 3})
+    r = subprocess.run([str(INFERD), "--model", default_model(), "--no-warmup", "--speculative-config", spec],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert f"speculative draft head {head}: it is for a model of width" in r.stderr, r.stderr[-2000:]

@@ -442,7 +442,7 @@ target = "journald"
     CHECK(usage().find("--[no-]enforce-eager") != std::string::npos);
   }
 
-  TEST_CASE("config: [engine] speculative_config and --speculative-config, as vLLM's JSON: ngram or draft_model") {
+  TEST_CASE("config: [engine] speculative_config and --speculative-config, as vLLM's JSON: ngram, draft_model or draft_head") {
     CHECK(Config{}.engine.speculative.num_speculative_tokens == 0);
     CHECK(!engine_options(Config{}).speculative);
     const Config c = load_config(cmdline(
@@ -466,9 +466,10 @@ target = "journald"
           SpeculativeConfig{});
     CHECK(config_error("[engine]\nspeculative_config = '{\"method\":\"medusa\",\"num_speculative_tokens\":2}'\n") ==
           "x.toml:2: [engine] speculative_config: method \"medusa\" is not supported; the supported methods are "
-          "\"ngram\" (prompt lookup) and \"draft_model\" (a smaller model of the same vocabulary)");
+          "\"ngram\" (prompt lookup), \"draft_model\" (a smaller model of the same vocabulary) and \"draft_head\" (a "
+          "head reading the model's hidden state, tools/train_draft_head.py)");
     CHECK(flag_error({"--speculative-config", R"({"num_speculative_tokens":2})"}) ==
-          R"(--speculative-config: "method" must be given as a string; the supported methods are "ngram" and "draft_model")");
+          R"(--speculative-config: "method" must be given as a string; the supported methods are "ngram", "draft_model" and "draft_head")");
     // A draft model, as vLLM names it; "model" alone implies the method.
     const Config dm = load_config(
         cmdline({"--speculative-config", R"({"method":"draft_model","model":"/m/draft.gguf","num_speculative_tokens":4})"}));
@@ -481,9 +482,21 @@ target = "journald"
     CHECK(flag_error({"--speculative-config", R"({"method":"draft_model","num_speculative_tokens":2})"}) ==
           R"(--speculative-config: method "draft_model" needs "model", the draft model's path)");
     CHECK(flag_error({"--speculative-config", R"({"model":"","num_speculative_tokens":2})"}) ==
-          R"(--speculative-config: "model" must be the draft model's path as a string)");
+          R"(--speculative-config: "model" must be the draft model's or draft head's path as a string)");
     CHECK(flag_error({"--speculative-config", R"({"method":"ngram","model":"d.gguf","num_speculative_tokens":2})"}) ==
-          R"(--speculative-config: "model" belongs to method "draft_model", not "ngram")");
+          R"(--speculative-config: "model" belongs to methods "draft_model" and "draft_head", not "ngram")");
+    // A draft head: the same "model" field names its file.
+    const Config dh = load_config(
+        cmdline({"--speculative-config", R"({"method":"draft_head","model":"/m/head.gguf","num_speculative_tokens":3})"}));
+    CHECK(dh.engine.speculative == SpeculativeConfig{"draft_head", 3, 0, 0, "/m/head.gguf"});
+    CHECK(engine_options(dh).draft_head == "/m/head.gguf");
+    CHECK(engine_options(dh).draft_model.empty());
+    CHECK(engine_options(dm).draft_head.empty());
+    CHECK(flag_error({"--speculative-config", R"({"method":"draft_head","num_speculative_tokens":2})"}) ==
+          R"(--speculative-config: method "draft_head" needs "model", the draft head's path)");
+    CHECK(flag_error({"--speculative-config", R"({"method":"draft_head","model":"h","num_speculative_tokens":2,)"
+                                              R"("prompt_lookup_max":2})"}) ==
+          R"(--speculative-config: "prompt_lookup_max" belongs to method "ngram", not "draft_head")");
     CHECK(flag_error({"--speculative-config", R"({"model":"d.gguf","num_speculative_tokens":2,"prompt_lookup_min":1})"}) ==
           R"(--speculative-config: "prompt_lookup_min" belongs to method "ngram", not "draft_model")");
     CHECK(flag_error({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":2.5})"}) ==

@@ -1,0 +1,151 @@
+#include "engine/spec/draft_head_proposer.hpp"
+
+#include <algorithm>
+#include <boost/crc.hpp>
+#include <stdexcept>
+
+#include "engine/gguf_reader.hpp"
+#include "kernels/shape_tracer.hpp"
+
+namespace inferd::engine {
+uint32_t draft_head_fingerprint(const GgufFile& target) {
+  const auto& t = target.tensor("token_embd.weight");
+  boost::crc_32_type c;
+  c.process_bytes(t.data, t.nbytes);
+  return c.checksum();
+}
+
+DraftHeadProposer::DraftHeadProposer(const DraftHeadOptions& opts, kernels::Backend& backend, const Model& target,
+                                     const GgufFile& target_file)
+    : opts_(opts), backend_(backend), shared_(target.shared_head()) {
+  const std::string what = "speculative draft head " + opts.path + ": ";
+  if (!backend.host_visible())
+    throw std::invalid_argument(what + "a draft head runs on the CPU backend only, not on " + backend.name());
+  if (!target.emits_features() || shared_.output.data == nullptr)
+    throw std::invalid_argument(what + "the " + target.config().architecture + " model does not give its features");
+  file_ = GgufFile::open(opts.path);
+  if (file_->get_string("general.architecture").value_or("") != "draft_head")
+    throw std::invalid_argument(what + "general.architecture is '" +
+                                file_->get_string("general.architecture").value_or("") +
+                                "', not 'draft_head' (tools/train_draft_head.py writes one)");
+  dim_ = target.config().dim;
+  vocab_ = target.config().vocab;
+  const auto dim = file_->get_int("draft_head.dim").value_or(0), vocab = file_->get_int("draft_head.vocab").value_or(0);
+  if (dim != dim_ || vocab != vocab_)
+    throw std::invalid_argument(what + "it is for a model of width " + std::to_string(dim) + " and vocabulary " +
+                                std::to_string(vocab) + "; the target has " + std::to_string(dim_) + " and " +
+                                std::to_string(vocab_));
+  // The head learned one model's features: another model's, even of the same
+  // shape, would give drafts that are never accepted.
+  const auto want = file_->get_int("draft_head.embedding_crc32");
+  const uint32_t have = draft_head_fingerprint(target_file);
+  if (!want || static_cast<uint32_t>(*want) != have)
+    throw std::invalid_argument(what + "it was trained for another model (draft_head.embedding_crc32 " +
+                                std::to_string(want.value_or(-1)) + ", the target's token_embd.weight has " +
+                                std::to_string(have) + ")");
+  auto f32 = [&](const char* name, std::initializer_list<int64_t> dims) -> const GgufTensorInfo& {
+    const auto& t = file_->tensor(name, dims);
+    if (t.type != kernels::DType::F32)
+      throw LoadError(file_->path(), t.info_offset, std::string("tensor ") + name + " must be F32");
+    return t;
+  };
+  ffn_dim_ = static_cast<int>(file_->get_int("draft_head.ffn_dim").value_or(0));
+  if (ffn_dim_ <= 0) throw LoadError(file_->path(), 0, "draft_head.ffn_dim is missing or not positive");
+  auto matrix = [&](const char* name, int64_t rows, int64_t cols) {
+    return kernels::WeightView{kernels::DType::F32, f32(name, {cols, rows}).data, rows, cols, cols * sizeof(float)};
+  };
+  w_feature_ = matrix("draft_head.fc_feature.weight", dim_, dim_);
+  w_token_ = matrix("draft_head.fc_token.weight", dim_, dim_);
+  w_gate_ = matrix("draft_head.ffn_gate.weight", ffn_dim_, dim_);
+  w_up_ = matrix("draft_head.ffn_up.weight", ffn_dim_, dim_);
+  w_down_ = matrix("draft_head.ffn_down.weight", dim_, ffn_dim_);
+  bias_ = static_cast<const float*>(f32("draft_head.fc.bias", {dim_}).data);
+  if (opts_.n_tokens <= 0 || opts_.n_tokens > vocab_) opts_.n_tokens = vocab_;
+}
+
+DraftHeadProposer::~DraftHeadProposer() = default;
+
+void DraftHeadProposer::observe(uint64_t seq, size_t n_tokens, std::span<const float> feature) {
+  auto& s = features_[seq];
+  s.n_tokens = n_tokens;
+  s.f.assign(feature.begin(), feature.end());
+}
+
+void DraftHeadProposer::step(kernels::Backend& be, int64_t n, float* f, int32_t* tokens, Scratch& s) const {
+  const int64_t D = dim_;
+  s.x.resize(static_cast<size_t>(n * D));
+  s.logits.resize(static_cast<size_t>(n) * static_cast<size_t>(vocab_));
+  be.get_rows(shared_.embedding, tokens, n, s.x.data());
+  if (shared_.embed_scale != 1.0f) be.scale(s.x.data(), shared_.embed_scale, n * D);
+  // f <- W_f f + W_x x + b, with the product of W_x in the logits' room (free until the head runs).
+  float* fx = s.logits.data();
+  be.matmul(w_token_, s.x.data(), n, fx);
+  std::copy_n(f, n * D, s.x.data());
+  be.matmul(w_feature_, s.x.data(), n, f);
+  be.add(f, fx, n * D);
+  be.add_rows(f, bias_, n, D);
+  // f <- f + W_down (silu(W_gate f) * W_up f)
+  s.gate.resize(static_cast<size_t>(n * ffn_dim_));
+  s.up.resize(static_cast<size_t>(n * ffn_dim_));
+  const kernels::MatmulOut gate_up[] = {{w_gate_, s.gate.data()}, {w_up_, s.up.data()}};
+  be.matmul_shared(gate_up, f, n);
+  be.silu_mul(s.gate.data(), s.up.data(), s.gate.data(), n * ffn_dim_);
+  be.matmul(w_down_, s.gate.data(), n, fx);
+  be.add(f, fx, n * D);
+  be.matmul(shared_.output, f, n, s.logits.data());
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = s.logits.data() + r * vocab_;
+    tokens[r] = static_cast<int32_t>(std::max_element(row, row + opts_.n_tokens) - row);
+  }
+}
+
+void DraftHeadProposer::propose(std::span<const DraftRequest> reqs, std::vector<std::vector<int32_t>>& drafts) {
+  drafts.assign(reqs.size(), {});
+  // The sequences whose feature is their newest: observed at their present length.
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto it = features_.find(reqs[i].seq);
+    if (reqs[i].max_drafts > 0 && it != features_.end() && it->second.n_tokens == reqs[i].tokens.size())
+      rows.push_back(i);
+  }
+  if (rows.empty()) return;
+  const auto D = static_cast<size_t>(dim_);
+  auto& f_ = scratch_.f;
+  f_.resize(rows.size() * D);
+  std::vector<int32_t> tokens(rows.size());
+  int most = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const auto& q = reqs[rows[r]];
+    std::copy(features_[q.seq].f.begin(), features_[q.seq].f.end(), f_.begin() + static_cast<ptrdiff_t>(r * D));
+    tokens[r] = q.tokens.back();
+    most = std::max(most, std::min(q.max_drafts, opts_.num_speculative_tokens));
+  }
+  // Every step drafts for all rows; a row takes only as many as it asked for.
+  for (int d = 0; d < most; ++d) {
+    step(backend_, static_cast<int64_t>(rows.size()), f_.data(), tokens.data(), scratch_);
+    for (size_t r = 0; r < rows.size(); ++r)
+      if (d < std::min(reqs[rows[r]].max_drafts, opts_.num_speculative_tokens)) drafts[rows[r]].push_back(tokens[r]);
+  }
+}
+
+void DraftHeadProposer::run_axes(kernels::Backend& be, const ShapeAxes& target, Scratch& s) const {
+  for (int64_t n : target.sampled_seqs) {
+    s.f.assign(static_cast<size_t>(n * dim_), 0.0f);
+    std::vector<int32_t> tokens(static_cast<size_t>(n), 0);
+    step(be, n, s.f.data(), tokens.data(), s);
+  }
+}
+
+std::vector<kernels::ShapeKey> DraftHeadProposer::reachable_shape_keys(const ShapeAxes& target) const {
+  kernels::ShapeRegistry traced;
+  auto tracer = kernels::make_shape_tracer(traced);
+  Scratch s;
+  run_axes(*tracer, target, s);
+  std::vector<kernels::ShapeKey> keys;
+  for (auto& [key, use] : traced.snapshot()) keys.push_back(key);
+  return keys;
+}
+
+void DraftHeadProposer::warm(const ShapeAxes& target) { run_axes(backend_, target, scratch_); }
+
+}  // namespace inferd::engine
