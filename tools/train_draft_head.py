@@ -107,12 +107,11 @@ class Head:
         return (dz @ p["W"])[:, :z.shape[1]]  # the gradient of the input feature
 
 
-def train(head, emb, out, feats, meta, starts, args, rng):
+def train(head, emb, out, feats, meta, starts, sub, args, rng):
     """Cross-entropy on the model's own next tokens over `unroll` chained steps
     (each step reads the feature the previous one predicted, as drafting does),
     plus a pull of each predicted feature towards the model's real one. The
-    softmax runs over the tokens the data holds."""
-    sub = np.unique(meta[:, 2])
+    softmax runs over the head's vocabulary `sub`, the tokens the data holds."""
     remap = np.full(emb.shape[0], -1, np.int64)
     remap[sub] = np.arange(len(sub))
     out_sub = out[sub]
@@ -149,16 +148,18 @@ def train(head, emb, out, feats, meta, starts, args, rng):
         print(f"epoch {epoch}: loss {total / max(1, len(perm) // B):.4f}", file=sys.stderr, flush=True)
 
 
-def acceptance(head, emb, out, feats, meta, starts, k):
-    """Per draft position, the share of starts whose first j drafts all equal
-    the model's own greedy tokens (what greedy verification accepts)."""
+def acceptance(head, emb, out, feats, meta, starts, k, sub):
+    """Per draft position, the share of starts whose first j drafts (the best
+    of the head's vocabulary `sub`) all equal the model's own greedy tokens
+    (what greedy verification accepts)."""
+    out = out[sub]
     f = feats[starts]
     tok = meta[starts + 1, 2]  # the token the model produced after f
     alive = np.ones(len(starts), dtype=bool)
     rates = []
     for j in range(k):
         f, _ = head.forward(f, emb[tok])
-        draft = np.argmax(f @ out.T, axis=1)
+        draft = sub[np.argmax(f @ out.T, axis=1)]
         alive &= draft == meta[starts + 2 + j, 2]
         rates.append(round(float(alive.mean()), 4))
         tok = draft
@@ -191,7 +192,8 @@ def main():
     if a.untrained:
         W = np.hstack([np.eye(dim), np.zeros((dim, dim))]).astype(np.float32)
         W += (rng.standard_normal(W.shape) * 0.01).astype(np.float32)
-        write_head(a.out, a.model, emb.shape[0], crc, Head(W, np.zeros(dim, np.float32), a.hidden, rng),
+        sub = np.arange(0, emb.shape[0], 7, dtype=np.int32)  # every seventh token
+        write_head(a.out, a.model, emb.shape[0], crc, Head(W, np.zeros(dim, np.float32), a.hidden, rng), sub,
                    {"untrained": True})
         return
     os.makedirs(a.work, exist_ok=True)
@@ -220,7 +222,10 @@ def main():
     fit_rows = fit_rows[~held(fit_rows)]
     W, b = ridge(np.hstack([feats[fit_rows], emb[meta[fit_rows + 1, 2]]]), feats[fit_rows + 1], 1e-4)
     head = Head(W, b, a.hidden, rng)
-    train(head, emb, out, feats, meta, train_starts, a, rng)
+    # The head drafts only tokens the model produced in the data: far fewer
+    # rows of the output head to score for each draft than the vocabulary.
+    sub = np.unique(meta[:, 2]).astype(np.int32)
+    train(head, emb, out, feats, meta, train_starts, sub, a, rng)
 
     test = pairs(meta, k + 1)
     test = test[held(test)]
@@ -228,16 +233,16 @@ def main():
     for fam, name in enumerate(["numbers", "code", "prose"]):  # draft_head_prompts.prompts cycles through them
         rows = test[(meta[test, 0] % 100000) % 3 == fam]
         rows = rng.choice(rows, size=min(len(rows), 1500), replace=False)
-        families[name] = acceptance(head, emb, out, feats, meta, rows, k)
+        families[name] = acceptance(head, emb, out, feats, meta, rows, k, sub)
     report = {"rows": int(len(meta)), "train_starts": int(len(train_starts)), "held_out_starts": int(len(test)),
-              "hidden": a.hidden, "unroll": a.unroll, "epochs": a.epochs,
+              "hidden": a.hidden, "unroll": a.unroll, "epochs": a.epochs, "draft_vocab": int(len(sub)),
               "acceptance_by_position": families}
     print(json.dumps(report))
 
-    write_head(a.out, a.model, emb.shape[0], crc, head, report)
+    write_head(a.out, a.model, emb.shape[0], crc, head, sub, report)
 
 
-def write_head(path, model, vocab, crc, head, report):
+def write_head(path, model, vocab, crc, head, sub, report):
     p = head.p
     dim = p["b"].shape[0]
     w = GGUFWriter(path, "draft_head")
@@ -247,12 +252,15 @@ def write_head(path, model, vocab, crc, head, report):
     w.add_uint32("draft_head.ffn_dim", p["gate"].shape[0])
     w.add_uint32("draft_head.embedding_crc32", crc)
     w.add_string("draft_head.training", json.dumps(report))
-    w.add_tensor("draft_head.fc_feature.weight", np.ascontiguousarray(p["W"][:, :dim]))  # rows are outputs
-    w.add_tensor("draft_head.fc_token.weight", np.ascontiguousarray(p["W"][:, dim:]))
+    w.add_array("draft_head.draft_ids", [int(x) for x in sub])  # the ids it drafts, ascending
+    # Matrices in F16 (half the bytes each draft reads), rows as outputs; the bias in F32.
+    f16 = lambda m: np.ascontiguousarray(m).astype(np.float16)  # noqa: E731
+    w.add_tensor("draft_head.fc_feature.weight", f16(p["W"][:, :dim]))
+    w.add_tensor("draft_head.fc_token.weight", f16(p["W"][:, dim:]))
     w.add_tensor("draft_head.fc.bias", p["b"])
-    w.add_tensor("draft_head.ffn_gate.weight", p["gate"])
-    w.add_tensor("draft_head.ffn_up.weight", p["up"])
-    w.add_tensor("draft_head.ffn_down.weight", p["down"])
+    w.add_tensor("draft_head.ffn_gate.weight", f16(p["gate"]))
+    w.add_tensor("draft_head.ffn_up.weight", f16(p["up"]))
+    w.add_tensor("draft_head.ffn_down.weight", f16(p["down"]))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -1,6 +1,7 @@
 #include "engine/spec/draft_head_proposer.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <boost/crc.hpp>
 #include <stdexcept>
 
@@ -43,16 +44,18 @@ DraftHeadProposer::DraftHeadProposer(const DraftHeadOptions& opts, kernels::Back
     throw std::invalid_argument(what + "it was trained for another model (draft_head.embedding_crc32 " +
                                 std::to_string(want.value_or(-1)) + ", the target's token_embd.weight has " +
                                 std::to_string(have) + ")");
-  auto f32 = [&](const char* name, std::initializer_list<int64_t> dims) -> const GgufTensorInfo& {
+  auto f32 = [&](const char* name, std::initializer_list<int64_t> dims, bool or_f16 = false) -> const GgufTensorInfo& {
     const auto& t = file_->tensor(name, dims);
-    if (t.type != kernels::DType::F32)
-      throw LoadError(file_->path(), t.info_offset, std::string("tensor ") + name + " must be F32");
+    if (t.type != kernels::DType::F32 && !(or_f16 && t.type == kernels::DType::F16))
+      throw LoadError(file_->path(), t.info_offset,
+                      std::string("tensor ") + name + (or_f16 ? " must be F32 or F16" : " must be F32"));
     return t;
   };
   ffn_dim_ = static_cast<int>(file_->get_int("draft_head.ffn_dim").value_or(0));
   if (ffn_dim_ <= 0) throw LoadError(file_->path(), 0, "draft_head.ffn_dim is missing or not positive");
   auto matrix = [&](const char* name, int64_t rows, int64_t cols) {
-    return kernels::WeightView{kernels::DType::F32, f32(name, {cols, rows}).data, rows, cols, cols * sizeof(float)};
+    const auto& t = f32(name, {cols, rows}, true);
+    return kernels::WeightView{t.type, t.data, rows, cols, kernels::row_bytes(t.type, cols)};
   };
   w_feature_ = matrix("draft_head.fc_feature.weight", dim_, dim_);
   w_token_ = matrix("draft_head.fc_token.weight", dim_, dim_);
@@ -61,6 +64,22 @@ DraftHeadProposer::DraftHeadProposer(const DraftHeadOptions& opts, kernels::Back
   w_down_ = matrix("draft_head.ffn_down.weight", dim_, ffn_dim_);
   bias_ = static_cast<const float*>(f32("draft_head.fc.bias", {dim_}).data);
   if (opts_.n_tokens <= 0 || opts_.n_tokens > vocab_) opts_.n_tokens = vocab_;
+
+  // The ids it drafts: their rows of the target's output head, copied
+  // together, are all a draft scores (far fewer than the vocabulary's).
+  const auto ids = file_->get_int_array("draft_head.draft_ids");
+  if (ids.empty()) throw LoadError(file_->path(), 0, "draft_head.draft_ids (the ids the head drafts) is missing or empty");
+  const auto& out = shared_.output;
+  out_rows_.resize(ids.size() * out.row_stride);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= opts_.n_tokens)
+      throw std::invalid_argument(what + "draft_head.draft_ids names id " + std::to_string(ids[i]) +
+                                  ", which the target's tokenizer does not have");
+    draft_ids_.push_back(static_cast<int32_t>(ids[i]));
+    std::memcpy(out_rows_.data() + i * out.row_stride, static_cast<const uint8_t*>(out.data) + ids[i] * out.row_stride,
+                out.row_stride);
+  }
+  draft_output_ = {out.type, out_rows_.data(), static_cast<int64_t>(ids.size()), out.cols, out.row_stride};
 }
 
 DraftHeadProposer::~DraftHeadProposer() = default;
@@ -74,7 +93,8 @@ void DraftHeadProposer::observe(uint64_t seq, size_t n_tokens, std::span<const f
 void DraftHeadProposer::step(kernels::Backend& be, int64_t n, float* f, int32_t* tokens, Scratch& s) const {
   const int64_t D = dim_;
   s.x.resize(static_cast<size_t>(n * D));
-  s.logits.resize(static_cast<size_t>(n) * static_cast<size_t>(vocab_));
+  const int64_t V = draft_output_.rows;
+  s.logits.resize(static_cast<size_t>(n * std::max<int64_t>(V, D)));
   be.get_rows(shared_.embedding, tokens, n, s.x.data());
   if (shared_.embed_scale != 1.0f) be.scale(s.x.data(), shared_.embed_scale, n * D);
   // f <- W_f f + W_x x + b, with the product of W_x in the logits' room (free until the head runs).
@@ -92,10 +112,10 @@ void DraftHeadProposer::step(kernels::Backend& be, int64_t n, float* f, int32_t*
   be.silu_mul(s.gate.data(), s.up.data(), s.gate.data(), n * ffn_dim_);
   be.matmul(w_down_, s.gate.data(), n, fx);
   be.add(f, fx, n * D);
-  be.matmul(shared_.output, f, n, s.logits.data());
+  be.matmul(draft_output_, f, n, s.logits.data());
   for (int64_t r = 0; r < n; ++r) {
-    const float* row = s.logits.data() + r * vocab_;
-    tokens[r] = static_cast<int32_t>(std::max_element(row, row + opts_.n_tokens) - row);
+    const float* row = s.logits.data() + r * V;
+    tokens[r] = draft_ids_[static_cast<size_t>(std::max_element(row, row + V) - row)];
   }
 }
 

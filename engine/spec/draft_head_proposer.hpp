@@ -10,10 +10,13 @@
 //   z = W_f f[t] + W_x embed(x[t+1]) + b
 //   f[t+1] = z + W_down (silu(W_gate z) * W_up z),    d = argmax(output . f[t+1])
 //
-// All drafting sequences go through each of these steps together. The head's
-// weights (a GGUF of architecture "draft_head", tools/train_draft_head.py)
-// are trained for one model's features and refused for another's (the
-// checksum of the embedding they share). It runs on the host's memory: the CPU backend.
+// The head drafts from a vocabulary of its own (the tokens its training data
+// held): only those rows of the output head are scored, a fraction of the
+// vocabulary's. All drafting sequences go through each of these steps
+// together. The head's weights (a GGUF of architecture "draft_head",
+// tools/train_draft_head.py) are trained for one model's features and refused
+// for another's (the checksum of the embedding they share). It runs on the
+// host's memory: the CPU backend.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -78,6 +81,9 @@ class DraftHeadProposer final : public Proposer {
   int ffn_dim_ = 0;
   kernels::WeightView w_feature_, w_token_, w_gate_, w_up_, w_down_;
   const float* bias_ = nullptr;
+  std::vector<int32_t> draft_ids_;   // the ids the head drafts
+  std::vector<uint8_t> out_rows_;    // their rows of the target's output head
+  kernels::WeightView draft_output_;
   std::unordered_map<uint64_t, Feature> features_;
   Scratch scratch_;
 };

@@ -37,6 +37,7 @@ struct HeadSpec {
   int dim = 0, vocab = 0, ffn = 8;
   uint32_t fingerprint = 0;
   std::string architecture = "draft_head";
+  std::vector<int32_t> drafts;  // the ids it drafts; empty: every id
 };
 
 // An identity head (W_f = I, everything else zero) for a model of `s`'s shape, as a file.
@@ -50,7 +51,12 @@ std::string write_head(const HeadSpec& s, const std::string& name) {
                                   {"draft_head.fc.bias", {D}},              {"draft_head.ffn_gate.weight", {D, H}},
                                   {"draft_head.ffn_up.weight", {D, H}},      {"draft_head.ffn_down.weight", {H, D}}};
   GgufWriter w;
-  w.header(tensors.size(), 5).kv_str("general.architecture", s.architecture);
+  w.header(tensors.size(), 6).kv_str("general.architecture", s.architecture);
+  std::vector<int32_t> ids = s.drafts;
+  if (ids.empty())
+    for (int32_t i = 0; i < s.vocab; ++i) ids.push_back(i);
+  w.key("draft_head.draft_ids", GgufType::ARRAY).u32(static_cast<uint32_t>(GgufType::I32)).u64(ids.size());
+  for (int32_t id : ids) w.put(id);
   w.kv_u32("draft_head.dim", static_cast<uint32_t>(s.dim)).kv_u32("draft_head.vocab", static_cast<uint32_t>(s.vocab));
   w.kv_u32("draft_head.ffn_dim", static_cast<uint32_t>(s.ffn)).kv_u32("draft_head.embedding_crc32", s.fingerprint);
   uint64_t offset = 0;
@@ -122,11 +128,20 @@ TEST_SUITE("whole_model") {
     p.release(7);
     CHECK(drafts_for(p, 7, tokens, 3).empty());
     CHECK(p.sequences_held() == 0);
+
+    // A head's own vocabulary: it drafts the best of its ids, by the target's logits.
+    HeadSpec few = t.spec();
+    few.drafts = {5, 6, 7, 9};
+    DraftHeadProposer q({write_head(few, "few-ids-head.gguf"), 2}, *t.be, *t.model, *t.file);
+    q.observe(1, tokens.size(), feature);
+    const int32_t best = *std::max_element(few.drafts.begin(), few.drafts.end(),
+                                           [&](int32_t a, int32_t b) { return logits[size_t(a)] < logits[size_t(b)]; });
+    CHECK(drafts_for(q, 1, tokens, 2) == std::vector<int32_t>{best, best});
   }
 
   TEST_CASE("draft head: a head for another model, or not a head, is refused naming the file") {
     Target t;
-    auto refused = [&](const HeadSpec& s, const char* why) {
+    auto refused = [&](const HeadSpec& s, const std::string& why) {
       const auto path = write_head(s, "bad-head.gguf");
       std::string what;
       try {
@@ -146,6 +161,9 @@ TEST_SUITE("whole_model") {
     HeadSpec model = t.spec();
     model.architecture = "llama";
     refused(model, "general.architecture is 'llama', not 'draft_head'");
+    HeadSpec beyond = t.spec();
+    beyond.drafts = {1, beyond.vocab};
+    refused(beyond, "draft_head.draft_ids names id " + std::to_string(beyond.vocab));
   }
 
   TEST_CASE("draft head: its warm-up touches every shape key it can reach") {
