@@ -152,8 +152,8 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
       proposer_ = std::move(draft);
     } else if (!opts_.draft_head.empty()) {
       proposer_ = std::make_unique<DraftHeadProposer>(
-          DraftHeadOptions{opts_.draft_head, opts_.speculative->num_speculative_tokens, n_tokens_}, *backend_, *model_,
-          *file_);
+          DraftHeadOptions{opts_.draft_head, opts_.speculative->num_speculative_tokens, n_tokens_, last.bytes_total},
+          *backend_, *model_, *file_);
     } else {
       proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);
     }

@@ -15,7 +15,8 @@ void Scheduler::add(SeqSpec spec) {
   const SeqId id = spec.id;
   Seq s;
   s.tokens = spec.prompt;
-  s.pace = DraftPace(limits_.num_speculative_tokens);
+  s.pace = proposer_ ? DraftPace(limits_.num_speculative_tokens, proposer_->draft_cost())
+                    : DraftPace(limits_.num_speculative_tokens);
   const bool first = spec.priority;
   s.spec = std::move(spec);
   seqs_.emplace(id, std::move(s));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <boost/crc.hpp>
+#include <spdlog/spdlog.h>
 #include <stdexcept>
 
 #include "engine/gguf_reader.hpp"
@@ -80,6 +81,8 @@ DraftHeadProposer::DraftHeadProposer(const DraftHeadOptions& opts, kernels::Back
                 out.row_stride);
   }
   draft_output_ = {out.type, out_rows_.data(), static_cast<int64_t>(ids.size()), out.cols, out.row_stride};
+  spdlog::info("engine: speculative draft head {} (width {}, feed-forward {}, {} draft ids), a draft counted as {:.2f} "
+               "of a decode step", opts_.path, dim_, ffn_dim_, draft_ids_.size(), draft_cost());
 }
 
 DraftHeadProposer::~DraftHeadProposer() = default;
@@ -164,6 +167,14 @@ std::vector<kernels::ShapeKey> DraftHeadProposer::reachable_shape_keys(const Sha
   std::vector<kernels::ShapeKey> keys;
   for (auto& [key, use] : traced.snapshot()) keys.push_back(key);
   return keys;
+}
+
+double DraftHeadProposer::draft_cost() const {
+  if (opts_.target_weight_bytes == 0) return DraftPace::kDraftCost;
+  size_t bytes = static_cast<size_t>(draft_output_.rows) * draft_output_.row_stride;
+  for (const auto* w : {&w_feature_, &w_token_, &w_gate_, &w_up_, &w_down_})
+    bytes += static_cast<size_t>(w->rows) * w->row_stride;
+  return DraftPace::kDraftCost + static_cast<double>(bytes) / static_cast<double>(opts_.target_weight_bytes);
 }
 
 void DraftHeadProposer::warm(const ShapeAxes& target) { run_axes(backend_, target, scratch_); }

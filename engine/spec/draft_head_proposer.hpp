@@ -39,6 +39,7 @@ struct DraftHeadOptions {
   std::string path;                // the head's GGUF file
   int num_speculative_tokens = 5;  // drafts per sequence at most
   int n_tokens = 0;                // ids the tokenizer knows: padding ids are never proposed
+  size_t target_weight_bytes = 0;  // what a decode step of the target reads (draft_cost); 0: unknown
 };
 
 class DraftHeadProposer final : public Proposer {
@@ -56,6 +57,10 @@ class DraftHeadProposer final : public Proposer {
   void clear() override { features_.clear(); }
   std::vector<kernels::ShapeKey> reachable_shape_keys(const ShapeAxes& target) const override;
   void warm(const ShapeAxes& target) override;
+  // The verify step's share plus the head's own: decoding is bound by memory,
+  // so a head step costs what it reads (its matrices and its rows of the
+  // output head) over what a target step reads (its weights).
+  double draft_cost() const override;
 
   size_t sequences_held() const { return features_.size(); }
 

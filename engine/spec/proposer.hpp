@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/shape_space.hpp"
+#include "engine/spec/draft_pace.hpp"
 
 namespace inferd::engine {
 
@@ -37,6 +38,10 @@ class Proposer {
     return {};
   }
   virtual void warm(const ShapeAxes& target) { (void)target; }
+  // A draft's cost as a share of a plain decode step (DraftPace): the verify
+  // step's per-draft cost, plus what drafting itself costs where it runs
+  // between the steps (a head; a draft model's forwards are seen as steps).
+  virtual double draft_cost() const { return DraftPace::kDraftCost; }
   // A proposer that drafts from the target's hidden state (a draft head)
   // hears, after each step, every sampled sequence's feature at its last fed
   // position (Model::forward's features), which produced its newest token;
