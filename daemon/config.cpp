@@ -320,15 +320,20 @@ std::string parse_speculative(const std::string& text, SpeculativeConfig& out) {
     if (model == nullptr)
       return fmt::format("method \"{}\" needs \"model\", the {}'s path", method,
                          method == "draft_model" ? "draft model" : "draft head");
-    for (const char* k : {"prompt_lookup_min", "prompt_lookup_max"})
-      if (o.contains(k)) return fmt::format("\"{}\" belongs to method \"ngram\", not \"{}\"", k, method);
     out.model = std::string(model->as_string());
-    return {};
+    if (method == "draft_model") {
+      for (const char* k : {"prompt_lookup_min", "prompt_lookup_max"})
+        if (o.contains(k)) return fmt::format("\"{}\" belongs to methods \"ngram\" and \"draft_head\", not \"{}\"", k, method);
+      return {};
+    }
+  } else if (model != nullptr) {
+    return "\"model\" belongs to methods \"draft_model\" and \"draft_head\", not \"ngram\"";
   }
-  if (model != nullptr) return "\"model\" belongs to methods \"draft_model\" and \"draft_head\", not \"ngram\"";
   for (auto e : {int_field("prompt_lookup_min", 1, 1024, out.prompt_lookup_min),
                  int_field("prompt_lookup_max", 1, 1024, out.prompt_lookup_max)})
     if (!e.empty()) return e;
+  // A draft head looks up only when asked to (either bound given).
+  if (method == "draft_head" && out.prompt_lookup_min == 0 && out.prompt_lookup_max == 0) return {};
   if (out.prompt_lookup_min == 0 && out.prompt_lookup_max == 0) out.prompt_lookup_min = out.prompt_lookup_max = 5;
   if (out.prompt_lookup_min == 0) out.prompt_lookup_min = out.prompt_lookup_max;
   if (out.prompt_lookup_max == 0) out.prompt_lookup_max = out.prompt_lookup_min;

@@ -152,7 +152,8 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
       proposer_ = std::move(draft);
     } else if (!opts_.draft_head.empty()) {
       proposer_ = std::make_unique<DraftHeadProposer>(
-          DraftHeadOptions{opts_.draft_head, opts_.speculative->num_speculative_tokens, n_tokens_, last.bytes_total},
+          DraftHeadOptions{opts_.draft_head, opts_.speculative->num_speculative_tokens, n_tokens_, last.bytes_total,
+                           opts_.speculative->prompt_lookup_max > 0 ? opts_.speculative : std::nullopt},
           *backend_, *model_, *file_);
     } else {
       proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);

@@ -198,6 +198,17 @@ std::string trimmed(const std::string& s) {
   return s.substr(a, s.find_last_not_of(" \n\r\t") - a + 1);
 }
 
+// A fingerprint of a trial's text, so runs with and without speculation (same
+// nonce, greedy) can be seen to give the same output; FNV-1a 64: a comparison
+// between runs, not a security hash.
+std::string fingerprint(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 json::object run_workload(const Options& o, const std::string& model, const Workload& w, int budget, int& trial_id) {
   json::array trials, errors;
   std::vector<double> ttft, tps;
@@ -221,7 +232,8 @@ json::object run_workload(const Options& o, const std::string& model, const Work
                        {"prompt_tokens", r.prompt_tokens},
                        {"completion_tokens", r.completion_tokens},
                        {"finish_reason", r.finish_reason},
-                       {"e2e_s", r.e2e_s}};
+                       {"e2e_s", r.e2e_s},
+                       {"output_fnv1a64", fingerprint(r.text)}};
     d.report(trial);
     if (!w.exact.empty()) {
       const bool match = trimmed(r.text) == w.exact;

@@ -65,6 +65,7 @@ DraftHeadProposer::DraftHeadProposer(const DraftHeadOptions& opts, kernels::Back
   w_down_ = matrix("draft_head.ffn_down.weight", dim_, ffn_dim_);
   bias_ = static_cast<const float*>(f32("draft_head.fc.bias", {dim_}).data);
   if (opts_.n_tokens <= 0 || opts_.n_tokens > vocab_) opts_.n_tokens = vocab_;
+  if (opts_.lookup) lookup_.emplace(*opts_.lookup);
 
   // The ids it drafts: their rows of the target's output head, copied
   // together, are all a draft scores (far fewer than the vocabulary's).
@@ -89,6 +90,13 @@ DraftHeadProposer::~DraftHeadProposer() = default;
 
 void DraftHeadProposer::observe(uint64_t seq, size_t n_tokens, std::span<const float> feature) {
   auto& s = features_[seq];
+  if (s.drafted > 0 && n_tokens > s.drafted_at) {  // the last proposal's fate: drafts kept, then one token
+    const size_t kept = std::min(n_tokens - s.drafted_at - 1, s.drafted);
+    Rate& r = s.rates[s.source];
+    r.kept = 0.75 * r.kept + static_cast<double>(kept);
+    r.tried = 0.75 * r.tried + static_cast<double>(kept < s.drafted ? kept + 1 : s.drafted);
+  }
+  s.drafted = 0;
   s.n_tokens = n_tokens;
   s.f.assign(feature.begin(), feature.end());
 }
@@ -124,12 +132,25 @@ void DraftHeadProposer::step(kernels::Backend& be, int64_t n, float* f, int32_t*
 
 void DraftHeadProposer::propose(std::span<const DraftRequest> reqs, std::vector<std::vector<int32_t>>& drafts) {
   drafts.assign(reqs.size(), {});
-  // The sequences whose feature is their newest: observed at their present length.
+  // The sequences whose feature is their newest (observed at their present
+  // length), unless prompt lookup drafts for them and has fared at least as well.
   std::vector<size_t> rows;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto it = features_.find(reqs[i].seq);
-    if (reqs[i].max_drafts > 0 && it != features_.end() && it->second.n_tokens == reqs[i].tokens.size())
-      rows.push_back(i);
+    if (reqs[i].max_drafts <= 0 || it == features_.end() || it->second.n_tokens != reqs[i].tokens.size()) continue;
+    Feature& s = it->second;
+    s.drafted_at = reqs[i].tokens.size();
+    if (lookup_ && s.rates[kLookup].value() >= s.rates[kHead].value()) {
+      drafts[i] = lookup_->lookup(reqs[i].tokens, std::min(reqs[i].max_drafts, opts_.num_speculative_tokens));
+      if (!drafts[i].empty()) {
+        s.source = kLookup;
+        s.drafted = drafts[i].size();
+        continue;
+      }
+    }
+    s.source = kHead;
+    s.drafted = static_cast<size_t>(std::min(reqs[i].max_drafts, opts_.num_speculative_tokens));
+    rows.push_back(i);
   }
   if (rows.empty()) return;
   const auto D = static_cast<size_t>(dim_);

@@ -10,6 +10,13 @@
 //   z = W_f f[t] + W_x embed(x[t+1]) + b
 //   f[t+1] = z + W_down (silu(W_gate z) * W_up z),    d = argmax(output . f[t+1])
 //
+// With `lookup`, prompt lookup (ngram_proposer.hpp) drafts too, where the
+// sequence's last tokens recur earlier in it: text that copies itself is what
+// the head, which sees no earlier positions, drafts worst. Each sequence takes
+// the proposal of the source whose drafts it has kept more often (a faded
+// running rate per sequence and source, from the length the next observe()
+// reports), prompt lookup on a tie.
+//
 // The head drafts from a vocabulary of its own (the tokens its training data
 // held): only those rows of the output head are scored, a fraction of the
 // vocabulary's. All drafting sequences go through each of these steps
@@ -20,11 +27,13 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/models/model.hpp"
+#include "engine/spec/ngram_proposer.hpp"
 #include "engine/spec/proposer.hpp"
 
 namespace inferd::engine {
@@ -40,6 +49,7 @@ struct DraftHeadOptions {
   int num_speculative_tokens = 5;  // drafts per sequence at most
   int n_tokens = 0;                // ids the tokenizer knows: padding ids are never proposed
   size_t target_weight_bytes = 0;  // what a decode step of the target reads (draft_cost); 0: unknown
+  std::optional<NgramOptions> lookup;  // prompt lookup beside the head; unset: the head alone
 };
 
 class DraftHeadProposer final : public Proposer {
@@ -65,9 +75,19 @@ class DraftHeadProposer final : public Proposer {
   size_t sequences_held() const { return features_.size(); }
 
  private:
+  enum Source { kHead, kLookup };
+  // How often a source's drafts were kept, faded as DraftPace fades.
+  struct Rate {
+    double kept = 1.0, tried = 1.0;
+    double value() const { return kept / tried; }
+  };
   struct Feature {
     size_t n_tokens = 0;  // the sequence's length when it was observed
     std::vector<float> f;
+    Rate rates[2];
+    // The last proposal: its source, drafts, and the length it was made at.
+    Source source = kHead;
+    size_t drafted = 0, drafted_at = 0;
   };
   struct Scratch {
     std::vector<float> f, x, gate, up, logits;  // a step's rows
@@ -90,6 +110,7 @@ class DraftHeadProposer final : public Proposer {
   std::vector<uint8_t> out_rows_;    // their rows of the target's output head
   kernels::WeightView draft_output_;
   std::unordered_map<uint64_t, Feature> features_;
+  std::optional<NgramProposer> lookup_;
   Scratch scratch_;
 };
 

@@ -123,7 +123,7 @@ def test_constrained_requests_carry_no_drafts(start_daemon):
     ('{"method":"ngram","num_speculative_tokens":3,"draft_model":"x"}', 'unknown field "draft_model"'),
     ('{"method":"draft_model","num_speculative_tokens":3}', 'method "draft_model" needs "model"'),
     ('{"method":"ngram","num_speculative_tokens":3,"model":"x"}', '"model" belongs to methods "draft_model" and "draft_head"'),
-    ('{"model":"x","num_speculative_tokens":3,"prompt_lookup_max":2}', '"prompt_lookup_max" belongs to method "ngram"'),
+    ('{"model":"x","num_speculative_tokens":3,"prompt_lookup_max":2}', '"prompt_lookup_max" belongs to methods "ngram" and "draft_head"'),
     ("ngram", "must be a JSON object"),
 ])
 def test_bad_speculative_config_is_refused_naming_the_flag(value, message):
@@ -141,12 +141,14 @@ def test_speculation_with_tensor_parallelism_is_refused():
 def test_the_single_request_bench_reports_ttft_decode_and_acceptance(start_daemon):
     d = start_daemon(["--model", default_model(), "--speculative-config", SPEC, "--no-warmup"])
     _, draft_tokens0, accepted0, _ = spec_metrics(d)
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        r = subprocess.run([str(INFERCTL), "bench", "single", "--url", d.url, "--trials", "2", "--max-tokens", "24",
-                            "--workloads", "count,prose", "--nonce", "n1", "--out", out.name],
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
-        run = json.load(open(out.name))
+    def bench():
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            r = subprocess.run([str(INFERCTL), "bench", "single", "--url", d.url, "--trials", "2", "--max-tokens",
+                                "24", "--workloads", "count,prose", "--nonce", "n1", "--out", out.name],
+                               capture_output=True, text=True, timeout=600)
+            assert r.returncode == 0, r.stderr
+            return json.load(open(out.name))
+    run = bench()
     _, draft_tokens, accepted, _ = spec_metrics(d)
     assert run["nonce"] == "n1"  # the tag its messages carried: another run given it sends the same prompts
     assert [w["workload"] for w in run["workloads"]] == ["count", "prose"]
@@ -174,6 +176,10 @@ def test_the_single_request_bench_reports_ttft_decode_and_acceptance(start_daemo
     assert counted <= draft_tokens - draft_tokens0
     assert sum(t["accepted_tokens"] for w in run["workloads"] for t in w["trials"]) <= accepted - accepted0
     assert counted > 0, "the count and prose prompts drafted nothing"
+    # Each trial's output fingerprint: the same prompts (same nonce) give the same greedy text again.
+    prints = [[t["output_fnv1a64"] for t in w["trials"]] for w in run["workloads"]]
+    assert all(re.fullmatch(r"[0-9a-f]{16}", p) for ws in prints for p in ws), prints
+    assert [[t["output_fnv1a64"] for t in w["trials"]] for w in bench()["workloads"]] == prints
 
 
 def test_the_single_request_bench_refuses_an_unknown_workload():

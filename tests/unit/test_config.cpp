@@ -494,11 +494,12 @@ target = "journald"
     CHECK(engine_options(dm).draft_head.empty());
     CHECK(flag_error({"--speculative-config", R"({"method":"draft_head","num_speculative_tokens":2})"}) ==
           R"(--speculative-config: method "draft_head" needs "model", the draft head's path)");
-    CHECK(flag_error({"--speculative-config", R"({"method":"draft_head","model":"h","num_speculative_tokens":2,)"
-                                              R"("prompt_lookup_max":2})"}) ==
-          R"(--speculative-config: "prompt_lookup_max" belongs to method "ngram", not "draft_head")");
+    // With prompt lookup beside it when either bound is given (the other takes its value).
+    CHECK(load_config(cmdline({"--speculative-config", R"({"method":"draft_head","model":"h","num_speculative_tokens":2,)"
+                                                       R"("prompt_lookup_max":3})"}))
+              .engine.speculative == SpeculativeConfig{"draft_head", 2, 3, 3, "h"});
     CHECK(flag_error({"--speculative-config", R"({"model":"d.gguf","num_speculative_tokens":2,"prompt_lookup_min":1})"}) ==
-          R"(--speculative-config: "prompt_lookup_min" belongs to method "ngram", not "draft_model")");
+          R"(--speculative-config: "prompt_lookup_min" belongs to methods "ngram" and "draft_head", not "draft_model")");
     CHECK(flag_error({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":2.5})"}) ==
           R"(--speculative-config: "num_speculative_tokens" must be an integer from 1 to 32, got 2.5E0)");
     CHECK(flag_error({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":3,)"

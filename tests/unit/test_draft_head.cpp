@@ -9,6 +9,7 @@
 // when the engine hands it the right feature.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -137,6 +138,40 @@ TEST_SUITE("whole_model") {
     const int32_t best = *std::max_element(few.drafts.begin(), few.drafts.end(),
                                            [&](int32_t a, int32_t b) { return logits[size_t(a)] < logits[size_t(b)]; });
     CHECK(drafts_for(q, 1, tokens, 2) == std::vector<int32_t>{best, best});
+  }
+
+  TEST_CASE("draft head: beside prompt lookup, each sequence takes the source whose drafts it keeps") {
+    Target t;
+    const auto& mc = t.model->config();
+    DraftHeadOptions o{write_head(t.spec(), "identity-head.gguf"), 3};
+    o.lookup = NgramOptions{3, 1, 2};
+    DraftHeadProposer p(o, *t.be, *t.model, *t.file);
+    // Any feature: the identity head drafts its argmax, whatever the tokens.
+    std::vector<float> feature(static_cast<size_t>(mc.dim));
+    for (size_t i = 0; i < feature.size(); ++i) feature[i] = std::sin(0.37f * float(i));
+    p.observe(1, 0, feature);
+    const auto head = drafts_for(p, 1, {}, 0);  // nothing asked, nothing given
+    CHECK(head.empty());
+    std::vector<int32_t> tokens = {10, 11, 12, 13, 10, 11};
+    p.observe(1, tokens.size(), feature);
+    // The text repeats: lookup drafts first (both sources untried).
+    CHECK(drafts_for(p, 1, tokens, 3) == std::vector<int32_t>{12, 13, 10});
+    // None kept: its rate falls below the head's, whose drafts come next.
+    tokens.push_back(99);
+    p.observe(1, tokens.size(), feature);
+    const auto drafts = drafts_for(p, 1, tokens, 3);
+    REQUIRE(drafts.size() == 3);
+    CHECK(drafts[0] == drafts[1]);
+    CHECK(drafts[1] == drafts[2]);
+    // The head's drafts all rejected twice: lookup, at a tie or better, drafts again.
+    for (int round = 0; round < 2; ++round) {
+      tokens.push_back(drafts[0] + 1);
+      p.observe(1, tokens.size(), feature);
+      if (round == 0) CHECK(drafts_for(p, 1, tokens, 3) == drafts);
+    }
+    tokens = {10, 11, 12, 13, 10, 11};
+    p.observe(1, tokens.size(), feature);
+    CHECK(drafts_for(p, 1, tokens, 3) == std::vector<int32_t>{12, 13, 10});
   }
 
   TEST_CASE("draft head: a head for another model, or not a head, is refused naming the file") {
