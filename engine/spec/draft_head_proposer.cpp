@@ -1,15 +1,17 @@
 #include "engine/spec/draft_head_proposer.hpp"
 
-#include <algorithm>
-#include <cstring>
-#include <boost/crc.hpp>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/crc.hpp>
+#include <cstring>
 #include <stdexcept>
 
 #include "engine/gguf_reader.hpp"
 #include "kernels/shape_tracer.hpp"
 
 namespace inferd::engine {
+
 uint32_t draft_head_fingerprint(const GgufFile& target) {
   const auto& t = target.tensor("token_embd.weight");
   boost::crc_32_type c;
