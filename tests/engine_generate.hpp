@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/spec/proposer.hpp"
+#include "engine/tokenizer.hpp"
+#include "kernels/shape_registry.hpp"
 
 namespace test_engine {
 
@@ -75,6 +78,34 @@ inline std::vector<Generated> generate_greedy(inferd::engine::Engine& eng,
   greedy.temperature = 0;
   greedy.logprobs = 2;
   return generate(eng, prompts, max_tokens, greedy);
+}
+
+// Greedy outputs of an engine without speculation, to compare one with it against:
+// each prompt alone, then all of them batched.
+struct GreedyBaseline {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<Generated> alone, batched;
+};
+
+inline GreedyBaseline greedy_baseline(const inferd::engine::EngineOptions& o, const std::vector<const char*>& texts,
+                                      int max_tokens) {
+  GreedyBaseline b;
+  inferd::engine::Engine plain(o);
+  for (const char* text : texts) b.prompts.push_back(plain.tokenizer().encode(text, true, false));
+  for (const auto& p : b.prompts) b.alone.push_back(generate_greedy(plain, {p}, max_tokens)[0]);
+  b.batched = generate_greedy(plain, b.prompts, max_tokens);
+  return b;
+}
+
+// A proposer's warm-up touches every shape key it says it can reach under `axes`.
+inline void check_warm_covers_its_keys(inferd::engine::Proposer& p, const inferd::engine::ShapeAxes& axes) {
+  const auto keys = p.reachable_shape_keys(axes);
+  REQUIRE(!keys.empty());
+  auto& reg = inferd::kernels::ShapeRegistry::global();
+  reg.clear();
+  p.warm(axes);
+  for (const auto& k : keys) CHECK_MESSAGE(reg.seen(k), k.str());
+  reg.clear();
 }
 
 // A small engine on `model`: one thread, 256 positions, steps of 64 tokens, 16 MiB of KV cache.

@@ -204,35 +204,21 @@ TEST_SUITE("whole_model") {
   TEST_CASE("draft head: its warm-up touches every shape key it can reach") {
     Target t;
     DraftHeadProposer p({write_head(t.spec(), "identity-head.gguf"), 3}, *t.be, *t.model, *t.file);
-    const ShapeAxes axes = shape_axes(64, 4, 256);
-    const auto keys = p.reachable_shape_keys(axes);
-    REQUIRE(!keys.empty());
-    auto& reg = kernels::ShapeRegistry::global();
-    reg.clear();
-    p.warm(axes);
-    for (const auto& k : keys) CHECK_MESSAGE(reg.seen(k), k.str());
-    reg.clear();
+    test_engine::check_warm_covers_its_keys(p, shape_axes(64, 4, 256));
   }
 
   TEST_CASE("draft head: the engine's greedy output equals decoding one token a step, alone and batched") {
     EngineOptions o = test_engine::small_engine(test_paths::default_model());
-    std::vector<std::vector<int32_t>> prompts;
-    std::vector<test_engine::Generated> want_alone, want_batch;
-    {
-      Engine plain(o);
-      for (const char* text : {"Count from 1 to 300: 1, 2, 3,", "yes yes yes yes yes yes yes yes yes yes",
-                               "The capital of France is"})
-        prompts.push_back(plain.tokenizer().encode(text, true, false));
-      for (const auto& p : prompts) want_alone.push_back(test_engine::generate_greedy(plain, {p}, 32)[0]);
-      want_batch = test_engine::generate_greedy(plain, prompts, 32);
-    }
+    const auto want = test_engine::greedy_baseline(
+        o, {"Count from 1 to 300: 1, 2, 3,", "yes yes yes yes yes yes yes yes yes yes", "The capital of France is"}, 32);
+    const auto& prompts = want.prompts;
     Target t;
     o.speculative = NgramOptions{3, 0, 0};
     o.draft_head = write_head(t.spec(), "identity-head.gguf");
     Engine eng(o);
     eng.warm_proposer();
     for (size_t i = 0; i < prompts.size(); ++i)
-      CHECK_MESSAGE(test_engine::generate_greedy(eng, {prompts[i]}, 32)[0].ids == want_alone[i].ids, "prompt ", i);
+      CHECK_MESSAGE(test_engine::generate_greedy(eng, {prompts[i]}, 32)[0].ids == want.alone[i].ids, "prompt ", i);
     const auto st = eng.stats();
     // Every step after a sequence's first drafts: the engine handed the head
     // the feature of the sequence's newest token every time.
@@ -242,6 +228,6 @@ TEST_SUITE("whole_model") {
     // The repeating prompt goes on repeating: drafts of its newest token are taken.
     CHECK(st.spec_accepted_tokens > 0);
     const auto got = test_engine::generate_greedy(eng, prompts, 32);
-    for (size_t i = 0; i < prompts.size(); ++i) CHECK_MESSAGE(got[i].ids == want_batch[i].ids, "prompt ", i, " batched");
+    for (size_t i = 0; i < prompts.size(); ++i) CHECK_MESSAGE(got[i].ids == want.batched[i].ids, "prompt ", i, " batched");
   }
 }
