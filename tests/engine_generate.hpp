@@ -97,6 +97,16 @@ inline GreedyBaseline greedy_baseline(const inferd::engine::EngineOptions& o, co
   return b;
 }
 
+// A proposer's drafts for one sequence, asked alone.
+inline std::vector<int32_t> drafts_for(inferd::engine::Proposer& p, uint64_t seq, const std::vector<int32_t>& tokens,
+                                       int k) {
+  const inferd::engine::DraftRequest req{seq, tokens, k};
+  std::vector<std::vector<int32_t>> out;
+  p.propose({&req, 1}, out);
+  REQUIRE(out.size() == 1);
+  return out[0];
+}
+
 // A proposer's warm-up touches every shape key it says it can reach under `axes`.
 inline void check_warm_covers_its_keys(inferd::engine::Proposer& p, const inferd::engine::ShapeAxes& axes) {
   const auto keys = p.reachable_shape_keys(axes);

@@ -90,13 +90,7 @@ struct Target {
   HeadSpec spec() const { return {model->config().dim, model->config().vocab, 8, draft_head_fingerprint(*file)}; }
 };
 
-std::vector<int32_t> drafts_for(DraftHeadProposer& p, uint64_t seq, const std::vector<int32_t>& tokens, int k) {
-  const DraftRequest req{seq, tokens, k};
-  std::vector<std::vector<int32_t>> out;
-  p.propose({&req, 1}, out);
-  REQUIRE(out.size() == 1);
-  return out[0];
-}
+using test_engine::drafts_for;
 
 }  // namespace
 

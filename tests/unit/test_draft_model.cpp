@@ -33,13 +33,7 @@ struct Target {
 
 DraftLimits limits(size_t kv_bytes = 8 << 20) { return {256, 64, 16, kv_bytes, Precision::Fast}; }
 
-std::vector<int32_t> drafts_for(DraftModelProposer& p, uint64_t seq, const std::vector<int32_t>& tokens, int k) {
-  const DraftRequest req{seq, tokens, k};
-  std::vector<std::vector<int32_t>> out;
-  p.propose({&req, 1}, out);
-  REQUIRE(out.size() == 1);
-  return out[0];
-}
+using test_engine::drafts_for;
 
 }  // namespace
 
