@@ -4,14 +4,19 @@ writes it as a GGUF file for --speculative-config '{"method":"draft_head",...}'.
 The head predicts the model's next feature (the final hidden state its output
 head reads) from the current feature and the next token's embedding:
 
-    f[t+1] ~= W [f[t] ; embed(x[t+1])] + b,     draft = argmax(output . f[t+1])
+    z = W [f[t] ; embed(x[t+1])] + b
+    f[t+1] ~= z + W_down (silu(W_gate z) * W_up z),    draft = argmax(output . f[t+1])
 
-and drafts further by feeding its own prediction back. W and b are fitted by
-ridge regression (closed form, numpy only) on the model's own greedy
-continuations of the instructions in tools/draft_head_prompts.py, which
-`inferctl draft-head-data` writes with their features. A tenth of the
-sequences is held out; the acceptance the head would get on them, per draft
-position, is printed and stored in the file.
+and drafts further by feeding its own prediction back. The data are the
+model's own greedy continuations of the instructions in
+tools/draft_head_prompts.py, which `inferctl draft-head-data` writes with
+their features (one set per --seeds entry, kept in --work and used again).
+W and b start from ridge regression; then everything is fitted with numpy
+(Adam) to the cross-entropy of the model's next token over the head's draft
+vocabulary (the tokens the data hold), plus a pull of the predicted feature
+towards the real one. A tenth of the instructions is held out; the acceptance
+the head would get on them, per draft position and family, is printed and
+stored in the file. Matrices are written in F16, with the draft ids.
 
     python3 tools/train_draft_head.py --model M.gguf --out head.gguf [--inferctl build/tools/inferctl]
 """
