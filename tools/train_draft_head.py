@@ -36,17 +36,17 @@ import draft_head_prompts  # noqa: E402
 
 
 def embedding(model_path):
-    """The model's token embedding (float32 [vocab, dim]), the output head it
-    shares (a head is trained only for a model with tied embeddings, or its
-    own output matrix), and the checksum of the embedding's stored bytes."""
+    """The model's token embedding (float32 [vocab, dim]), its output head
+    (the embedding itself where they are tied: the same array), and the
+    checksum of the embedding's stored bytes."""
     r = GGUFReader(model_path)
     t = {x.name: x for x in r.tensors}
     emb = t["token_embd.weight"]
-    out = t.get("output.weight", emb)
     def f32(x):
         return dequantize(x.data, x.tensor_type).reshape(int(x.shape[1]), int(x.shape[0])).astype(np.float32)
     crc = zlib.crc32(np.ascontiguousarray(emb.data).view(np.uint8).tobytes())
-    return f32(emb), f32(out), crc
+    emb_f32 = f32(emb)
+    return emb_f32, f32(t["output.weight"]) if "output.weight" in t else emb_f32, crc
 
 
 def load(prefix, dim):

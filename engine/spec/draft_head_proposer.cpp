@@ -92,11 +92,9 @@ DraftHeadProposer::~DraftHeadProposer() = default;
 
 void DraftHeadProposer::observe(uint64_t seq, size_t n_tokens, std::span<const float> feature) {
   auto& s = features_[seq];
-  if (s.drafted > 0 && n_tokens > s.drafted_at) {  // the last proposal's fate: drafts kept, then one token
-    const size_t kept = std::min(n_tokens - s.drafted_at - 1, s.drafted);
-    Rate& r = s.rates[s.source];
-    r.kept = 0.75 * r.kept + static_cast<double>(kept);
-    r.tried = 0.75 * r.tried + static_cast<double>(kept < s.drafted ? kept + 1 : s.drafted);
+  if (s.drafted > 0 && n_tokens > s.n_tokens) {  // the last proposal's fate: drafts kept, then one token
+    const auto kept = static_cast<int>(std::min(n_tokens - s.n_tokens - 1, static_cast<size_t>(s.drafted)));
+    s.rates[s.source].record(s.drafted, kept, DraftPace::kFade);
   }
   s.drafted = 0;
   s.n_tokens = n_tokens;
@@ -137,22 +135,24 @@ void DraftHeadProposer::propose(std::span<const DraftRequest> reqs, std::vector<
   // The sequences whose feature is their newest (observed at their present
   // length), unless prompt lookup drafts for them and has fared at least as well.
   std::vector<size_t> rows;
+  std::vector<const Feature*> held;  // rows' features
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto it = features_.find(reqs[i].seq);
     if (reqs[i].max_drafts <= 0 || it == features_.end() || it->second.n_tokens != reqs[i].tokens.size()) continue;
     Feature& s = it->second;
-    s.drafted_at = reqs[i].tokens.size();
+    const int k = std::min(reqs[i].max_drafts, opts_.num_speculative_tokens);
     if (lookup_ && s.rates[kLookup].value() >= s.rates[kHead].value()) {
-      drafts[i] = lookup_->lookup(reqs[i].tokens, std::min(reqs[i].max_drafts, opts_.num_speculative_tokens));
+      drafts[i] = lookup_->lookup(reqs[i].tokens, k);
       if (!drafts[i].empty()) {
         s.source = kLookup;
-        s.drafted = drafts[i].size();
+        s.drafted = static_cast<int>(drafts[i].size());
         continue;
       }
     }
     s.source = kHead;
-    s.drafted = static_cast<size_t>(std::min(reqs[i].max_drafts, opts_.num_speculative_tokens));
+    s.drafted = k;
     rows.push_back(i);
+    held.push_back(&s);
   }
   if (rows.empty()) return;
   const auto D = static_cast<size_t>(dim_);
@@ -161,16 +161,15 @@ void DraftHeadProposer::propose(std::span<const DraftRequest> reqs, std::vector<
   std::vector<int32_t> tokens(rows.size());
   int most = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
-    const auto& q = reqs[rows[r]];
-    std::copy(features_[q.seq].f.begin(), features_[q.seq].f.end(), f_.begin() + static_cast<ptrdiff_t>(r * D));
-    tokens[r] = q.tokens.back();
-    most = std::max(most, std::min(q.max_drafts, opts_.num_speculative_tokens));
+    std::copy(held[r]->f.begin(), held[r]->f.end(), f_.begin() + static_cast<ptrdiff_t>(r * D));
+    tokens[r] = reqs[rows[r]].tokens.back();
+    most = std::max(most, held[r]->drafted);
   }
   // Every step drafts for all rows; a row takes only as many as it asked for.
   for (int d = 0; d < most; ++d) {
     step(backend_, static_cast<int64_t>(rows.size()), f_.data(), tokens.data(), scratch_);
     for (size_t r = 0; r < rows.size(); ++r)
-      if (d < std::min(reqs[rows[r]].max_drafts, opts_.num_speculative_tokens)) drafts[rows[r]].push_back(tokens[r]);
+      if (d < held[r]->drafted) drafts[rows[r]].push_back(tokens[r]);
   }
 }
 

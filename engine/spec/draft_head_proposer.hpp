@@ -76,18 +76,13 @@ class DraftHeadProposer final : public Proposer {
 
  private:
   enum Source { kHead, kLookup };
-  // How often a source's drafts were kept, faded as DraftPace fades.
-  struct Rate {
-    double kept = 1.0, tried = 1.0;
-    double value() const { return kept / tried; }
-  };
   struct Feature {
     size_t n_tokens = 0;  // the sequence's length when it was observed
     std::vector<float> f;
-    Rate rates[2];
-    // The last proposal: its source, drafts, and the length it was made at.
+    AcceptanceRate rates[2];  // how often each source's drafts were kept, faded as DraftPace fades
+    // The last proposal, made at length n_tokens: its source and how many drafts.
     Source source = kHead;
-    size_t drafted = 0, drafted_at = 0;
+    int drafted = 0;
   };
   struct Scratch {
     std::vector<float> f, x, gate, up, logits;  // a step's rows

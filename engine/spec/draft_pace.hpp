@@ -14,6 +14,22 @@
 
 namespace inferd::engine {
 
+// A running acceptance rate: the chance a draft is kept when every draft
+// before it was. Each verify step's drafts up to the first rejected one are
+// trials; older steps fade by `fade` each step. It starts as one kept trial.
+class AcceptanceRate {
+ public:
+  void record(int drafted, int accepted, double fade) {
+    const int trials = accepted < drafted ? accepted + 1 : drafted;
+    kept_ = fade * kept_ + accepted;
+    tried_ = fade * tried_ + trials;
+  }
+  double value() const { return tried_ > 0 ? kept_ / tried_ : 0.0; }
+
+ private:
+  double kept_ = 1.0, tried_ = 1.0;  // faded counts of kept and tried drafts
+};
+
 class DraftPace {
  public:
   // A draft's share of a plain decode step's time: on a 2-core CPU
@@ -47,9 +63,7 @@ class DraftPace {
   // The drafts up to the first rejected one were each a trial of p.
   void record(int drafted, int accepted) {
     if (drafted <= 0) return;
-    const int trials = accepted < drafted ? accepted + 1 : drafted;
-    kept_ = kFade * kept_ + accepted;
-    tried_ = kFade * tried_ + trials;
+    rate_.record(drafted, accepted, kFade);
     if (accepted > 0) backoff_ = 1;
     if (best_k() > 0) return;
     pause_ = backoff_;
@@ -57,7 +71,7 @@ class DraftPace {
   }
 
   // The estimated acceptance rate.
-  double acceptance() const { return tried_ > 0 ? kept_ / tried_ : 0.0; }
+  double acceptance() const { return rate_.value(); }
 
  private:
   // argmax over k of tokens per step time; 0 where no draft pays.
@@ -76,7 +90,7 @@ class DraftPace {
 
   int most_;
   double cost_;
-  double kept_ = 1.0, tried_ = 1.0;  // faded counts of kept and tried drafts
+  AcceptanceRate rate_;
   int pause_ = 0;                    // steps left without drafts
   int backoff_ = 1;                  // the next pause's length
 };
