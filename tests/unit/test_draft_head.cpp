@@ -150,8 +150,9 @@ TEST_SUITE("whole_model") {
     p.observe(1, tokens.size(), feature);
     // The text repeats: lookup drafts first (both sources untried).
     CHECK(drafts_for(p, 1, tokens, 3) == std::vector<int32_t>{12, 13, 10});
-    // None kept: its rate falls below the head's, whose drafts come next.
-    tokens.push_back(99);
+    // None kept: its rate falls below the head's, whose drafts come next,
+    // though lookup still finds the newest token earlier.
+    tokens.push_back(10);
     p.observe(1, tokens.size(), feature);
     const auto drafts = drafts_for(p, 1, tokens, 3);
     REQUIRE(drafts.size() == 3);
