@@ -157,6 +157,14 @@ class Backend {
   virtual void matmul_shared(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens) {
     for (const MatmulOut& o : outs) matmul(o.w, x, n_tokens, o.y);
   }
+  // The SwiGLU feed-forward's first half: gate.y = silu(gate.w x) * (up.w x),
+  // which a backend may compute without writing up.y (its contents are then
+  // unspecified). Registers the launch keys of both matmuls and of silu_mul.
+  virtual void matmul_silu_mul(const MatmulOut& gate, const MatmulOut& up, const float* x, int64_t n_tokens) {
+    const MatmulOut outs[] = {gate, up};
+    matmul_shared(outs, x, n_tokens);
+    silu_mul(gate.y, up.y, gate.y, n_tokens * gate.w.rows);
+  }
   // Weights with separate block scales (scaled_weight.hpp: FP8 block-scaled,
   // MXFP4), read in place. y[t][r] = sum_c W[r][c] * x[t][c] like matmul, the
   // activations used as they are (f32). An optional op: a backend without it

@@ -106,12 +106,13 @@ class DecoderModel final : public Model {
       if (L.attn_post_norm) be_.rmsnorm(h, L.attn_post_norm, h, T, D, cfg_.norm_eps);
       be_.add_rmsnorm(x, h, L.ffn_norm, h, T, D, cfg_.norm_eps);
 
-      const kernels::MatmulOut gate_up[] = {{L.w_gate, gate}, {L.w_up, up}};
-      be_.matmul_shared(gate_up, h, T);
-      if (opts_.gelu)
+      if (opts_.gelu) {
+        const kernels::MatmulOut gate_up[] = {{L.w_gate, gate}, {L.w_up, up}};
+        be_.matmul_shared(gate_up, h, T);
         be_.gelu_mul(gate, up, gate, T * ffn_);
-      else
-        be_.silu_mul(gate, up, gate, T * ffn_);
+      } else {
+        be_.matmul_silu_mul({L.w_gate, gate}, {L.w_up, up}, h, T);
+      }
       be_.matmul(L.w_down, gate, T, h);
       all_reduce(h, T * D);
       if (L.ffn_post_norm) be_.rmsnorm(h, L.ffn_post_norm, h, T, D, cfg_.norm_eps);

@@ -118,9 +118,7 @@ void DraftHeadProposer::step(kernels::Backend& be, int64_t n, float* f, int32_t*
   // f <- f + W_down (silu(W_gate f) * W_up f)
   s.gate.resize(static_cast<size_t>(n * ffn_dim_));
   s.up.resize(static_cast<size_t>(n * ffn_dim_));
-  const kernels::MatmulOut gate_up[] = {{w_gate_, s.gate.data()}, {w_up_, s.up.data()}};
-  be.matmul_shared(gate_up, f, n);
-  be.silu_mul(s.gate.data(), s.up.data(), s.gate.data(), n * ffn_dim_);
+  be.matmul_silu_mul({w_gate_, s.gate.data()}, {w_up_, s.up.data()}, f, n);
   be.matmul(w_down_, s.gate.data(), n, fx);
   be.add(f, fx, n * D);
   be.matmul(draft_output_, f, n, s.logits.data());

@@ -19,11 +19,13 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <new>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -73,6 +75,7 @@ struct Graph {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, CudaOptions opts) : device_(device), opts_(opts) {
+    if (const char* e = std::getenv("INFERD_CUDA_FUSE"); e && std::string_view(e) == "1") opts_.fuse_one_token = true;
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -198,30 +201,23 @@ class CudaBackend final : public Backend {
   void matmul_shared(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens) override {
     throw_if_cancelled();
     if (outs.empty()) return;
-    const WeightView& w0 = outs.front().w;
-    bool shared = is_quantized(w0.type) && !on_tensor_cores(w0, n_tokens);
-    for (const MatmulOut& o : outs) shared = shared && o.w.type == w0.type && o.w.cols == w0.cols && o.w.rows > 0;
-    if (!shared || n_tokens <= 0) {
+    if (!shares_quantization(outs, n_tokens)) {
       for (const MatmulOut& o : outs) matmul_one(o.w, x, n_tokens, o.y);
       return;
     }
-    select();
-    for (const MatmulOut& o : outs) check_quantized(o.w);
-    const int64_t nb = w0.cols / 32;
-    // At least kMinActScratch: a captured decode step's matmuls read rows of
-    // different lengths (the model's width, then its FFN's), and a scratch that
-    // grew partway through a recording would give its first replay other
-    // addresses than the recording's, so the graph would be recorded twice.
-    const size_t act_bytes = size_t(n_tokens) * (w0.cols + nb * sizeof(float2));
-    auto* q = static_cast<int8_t*>(grow(act_, std::max(act_bytes, kMinActScratch), "matmul: scratch"));
-    const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w0.cols)};
-    if (queue("matmul.act", w0.type, w0.cols, x, n_tokens, q)) cuda::quantize_act(w0.type, x, n_tokens, w0.cols, xq, stream_);
-    bool launch = true;
-    for (const MatmulOut& o : outs) {
-      LaunchScope scope(launch_keys::matmul(o.w, n_tokens));
-      launch = queue("matmul.q", o.w.type, o.w.data, o.w.rows, o.w.cols, o.w.row_stride, n_tokens, o.y, q);
+    matmul_quantized(outs, x, n_tokens, false);
+  }
+
+  // One token: silu(gate) * up comes out of the GEMV itself (cuda::Fuse).
+  void matmul_silu_mul(const MatmulOut& gate, const MatmulOut& up, const float* x, int64_t n_tokens) override {
+    const MatmulOut outs[] = {gate, up};
+    if (!fuses(n_tokens, x) || !shares_quantization(outs, n_tokens) || gate.w.rows != up.w.rows) {
+      Backend::matmul_silu_mul(gate, up, x, n_tokens);
+      return;
     }
-    if (launch) cuda::matmul_quant(outs, xq, n_tokens, sm_count_, stream_);
+    throw_if_cancelled();
+    LaunchScope silu_key(launch_keys::silu_mul(n_tokens * gate.w.rows));
+    matmul_quantized(outs, x, n_tokens, true);
   }
 
   void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) override {
@@ -409,6 +405,46 @@ class CudaBackend final : public Backend {
 
   // One matmul on its own: float weights, or any weight at tensor-core sizes.
   // (A quantized weight below tensor-core sizes goes through matmul_shared alone.)
+  bool fuses(int64_t n_tokens, const float* x) const {
+    return opts_.fuse_one_token && cuda::fuses_one_token(n_tokens, x);
+  }
+
+  // Whether quantized weights of one type and row length, below tensor-core
+  // sizes, can share one quantization of x (q, k and v; gate and up).
+  bool shares_quantization(std::span<const MatmulOut> outs, int64_t n_tokens) const {
+    const WeightView& w0 = outs.front().w;
+    bool shared = n_tokens > 0 && is_quantized(w0.type) && !on_tensor_cores(w0, n_tokens);
+    for (const MatmulOut& o : outs) shared = shared && o.w.type == w0.type && o.w.cols == w0.cols && o.w.rows > 0;
+    return shared;
+  }
+
+  // The quantized matmuls of outs on one quantization of x: a quantize_act
+  // launch and the GEMV, or (one token) the GEMV alone, which quantizes x
+  // itself and, with swiglu, ends in silu(gate) * up.
+  void matmul_quantized(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, bool swiglu) {
+    select();
+    const WeightView& w0 = outs.front().w;
+    for (const MatmulOut& o : outs) check_quantized(o.w);
+    const int64_t nb = w0.cols / 32;
+    // At least kMinActScratch: a captured decode step's matmuls read rows of
+    // different lengths (the model's width, then its FFN's), and a scratch that
+    // grew partway through a recording would give its first replay other
+    // addresses than the recording's, so the graph would be recorded twice.
+    const size_t act_bytes = size_t(n_tokens) * (w0.cols + nb * sizeof(float2));
+    auto* q = static_cast<int8_t*>(grow(act_, std::max(act_bytes, kMinActScratch), "matmul: scratch"));
+    const QuantAct xq{q, reinterpret_cast<float2*>(q + n_tokens * w0.cols)};
+    const cuda::Fuse fuse{fuses(n_tokens, x) ? x : nullptr, swiglu};
+    if (!fuse.x && queue("matmul.act", w0.type, w0.cols, x, n_tokens, q))
+      cuda::quantize_act(w0.type, x, n_tokens, w0.cols, xq, stream_);
+    bool launch = true;
+    for (const MatmulOut& o : outs) {
+      LaunchScope scope(launch_keys::matmul(o.w, n_tokens));
+      launch = queue("matmul.q", o.w.type, o.w.data, o.w.rows, o.w.cols, o.w.row_stride, n_tokens, o.y, q, fuse.x,
+                     swiglu);
+    }
+    if (launch) cuda::matmul_quant(outs, xq, n_tokens, sm_count_, stream_, fuse);
+  }
+
   void matmul_one(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
     if (is_quantized(w.type) && n_tokens > 0 && w.rows > 0 && !on_tensor_cores(w, n_tokens)) {
       const MatmulOut out{w, y};

@@ -26,6 +26,11 @@ struct CudaOptions {
   // since its mma are issued ahead of their scaling, is the faster up to 64
   // tokens on an H100 for the 8B's FFN weights (docs/PERFORMANCE.md).
   int64_t quantized_tensor_core_min_tokens = 65;
+  // One-token steps on Q4_0, Q4_1 and Q8_0 weights: the GEMV quantizes its own
+  // input and the gate/up GEMV ends in silu(gate) * up, so neither quantize_act
+  // nor silu_mul is launched (cuda_ops.hpp, Fuse). Off until measured on a GPU
+  // (docs/PERFORMANCE.md); INFERD_CUDA_FUSE=1 in the environment turns it on.
+  bool fuse_one_token = false;
 
   // The first token count that takes cuBLAS for weights of type t.
   int64_t tensor_core_from(DType t) const {

@@ -28,7 +28,19 @@ struct QuantAct {
 void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, QuantAct out, cudaStream_t stream);
 // y[t][r] = row r of w . token t, from the quantized activations (Q4_0, Q4_1, Q8_0),
 // for each output; all weights of one type and row length (decode sizes: one launch).
-void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count, cudaStream_t stream);
+// What a one-token GEMV may take over from the kernels beside it (fuses_one_token
+// says when it can): with x set, it quantizes those floats itself, so the
+// QuantAct is not read and no quantize_act runs before it; with swiglu, outs are
+// {gate, up} of the same rows and it writes silu(gate) * up into gate's y (up's y
+// is not written), so no silu_mul runs after it.
+struct Fuse {
+  const float* x = nullptr;
+  bool swiglu = false;
+};
+// Whether matmul_quant can take a Fuse for a step of n_tokens from x at this address.
+bool fuses_one_token(int64_t n_tokens, const float* x);
+void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count, cudaStream_t stream,
+                  Fuse fuse = {});
 // The same for F32, F16 and BF16 weights, from the float activations.
 void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y, cudaStream_t stream);
 

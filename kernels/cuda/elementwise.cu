@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/quant_blocks.hpp"
@@ -226,9 +227,7 @@ __global__ void rope_kv_store_kernel(float* q, float* k, const float* v, const i
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
   grid_dependency();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    const float e = static_cast<float>(exp(-static_cast<double>(g)));
-    out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), up[i]);
+    out[i] = silu_times(gate[i], up[i]);
   }
 }
 

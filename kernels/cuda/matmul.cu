@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/quant_blocks.hpp"
@@ -132,6 +133,43 @@ __device__ inline ABlock load_act(const int8_t* xq, const float2* xdc, int64_t n
   return ABlock{a[0], a[1], xdc[t * nb + b]};
 }
 
+// Activation block b of one token's floats x, quantized by one lane exactly as
+// quantize_act_kernel does it with a warp (a maximum and an integer sum do not
+// depend on the order they are taken in). x is 16-byte aligned.
+template <class Block>
+__device__ inline ABlock quantize_block(const float* x, int64_t b) {
+  const auto* x4 = reinterpret_cast<const float4*>(x + b * 32);
+  float v[32];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 f = x4[i];
+    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  const float d = __fdiv_rn(amax, 127.0f), id = amax != 0 ? __fdiv_rn(127.0f, amax) : 0.0f;
+  int q[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint32_t packed = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int qi = static_cast<int>(rintf(__fmul_rn(v[4 * i + k], id)));
+      sum += qi;
+      packed |= (static_cast<uint32_t>(qi) & 0xffu) << (8 * k);
+    }
+    q[i] = static_cast<int>(packed);
+  }
+  const float d16 = __half2float(__float2half_rn(d));
+  float c = 0.0f;
+  if constexpr (sizeof(Block) == sizeof(BlockQ4_1))
+    c = __half2float(__float2half_rn(__fmul_rn(d, static_cast<float>(sum))));
+  else if constexpr (sizeof(Block) == sizeof(BlockQ4_0))
+    c = __fmul_rn(__fmul_rn(-8.0f, d16), static_cast<float>(sum));
+  return ABlock{make_int4(q[0], q[1], q[2], q[3]), make_int4(q[4], q[5], q[6], q[7]), make_float2(d16, c)};
+}
+
 __device__ inline int block_dot(const WBlock& w, const ABlock& a) {
   int s = __dp4a(w.q[0], a.lo.x, 0);
   s = __dp4a(w.q[1], a.lo.y, s);
@@ -183,28 +221,39 @@ struct GemvSegs {
   int n;
 };
 
-template <class Block, int NT, int ROWS>
+// The two fusions of a one-token step (Fuse below): QX, the block quantizes
+// the activations it reads from the floats xf (no quantize_act launch before
+// it); SWIGLU, segments 0 and 1 are gate and up of the same rows, a block takes
+// ROWS / 2 rows of each and writes silu(gate) * up into segment 0's y (no
+// silu_mul launch after it; segment 1's y is not written).
+template <class Block, int NT, int ROWS, bool QX = false, bool SWIGLU = false>
 __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int64_t nb, const int8_t* xq,
-                                                              const float2* xdc, int n_tokens) {
+                                                              const float2* xdc, const float* xf, int n_tokens) {
+  static_assert(!(QX || SWIGLU) || NT == 1, "the fusions are for one token");
   grid_launch_dependents();
-  int si = 0;
+  // This block's segment, chosen by copies (an index into segs would put the
+  // parameter in local memory: 128 bytes of stack and 123 registers a thread for
+  // one token and 8 rows, against 72 without).
+  GemvSeg seg = segs.s[0];
 #pragma unroll
   for (int i = 1; i < kMaxSegs; ++i)
-    if (i < segs.n && blockIdx.x >= segs.s[i].first_block) si = i;
-  const uint8_t* const w = segs.s[si].w;
-  const size_t row_stride = segs.s[si].row_stride;
-  const int64_t rows = segs.s[si].rows;
-  float* const y = segs.s[si].y;
+    if (!SWIGLU && i < segs.n && blockIdx.x >= segs.s[i].first_block) seg = segs.s[i];
+  const int64_t rows = seg.rows;
+  float* const y = seg.y;
+  constexpr int kHalf = ROWS / 2;  // SWIGLU: rows of gate (and of up) a block takes
   constexpr int kSize = sizeof(Block);
   constexpr int kWords = stage_words<Block>();
   constexpr int kLoads = (kWords + 31) / 32;
   extern __shared__ uint4 stage_mem[];  // [n_warps][ROWS][kWords], sized at launch
   __shared__ float partial[kGemvWarps][ROWS][NT];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-  const int64_t r0 = int64_t(blockIdx.x - segs.s[si].first_block) * ROWS;
+  const int64_t r0 = int64_t(blockIdx.x - seg.first_block) * (SWIGLU ? kHalf : ROWS);
   const uint8_t* row[ROWS];
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i) row[i] = w + min(r0 + i, rows - 1) * row_stride;  // a missing row reads the last
+  for (int i = 0; i < ROWS; ++i) {  // a missing row reads the last
+    if constexpr (SWIGLU) row[i] = segs.s[i / kHalf].w + min(r0 + i % kHalf, rows - 1) * segs.s[i / kHalf].row_stride;
+    else row[i] = seg.w + min(r0 + i, rows - 1) * seg.row_stride;
+  }
   // A stage goes straight from global to shared memory (cp.async), not through
   // registers: holding every row's words in registers took 135 a thread on an
   // H100, which left room for three blocks an SM (19 % occupancy). head[i]: the
@@ -244,7 +293,10 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int t = 0; t < NT; ++t)
-          if (lane + 32 * h < n_blocks && t < n_tokens) pre[h][t] = load_act(xq, xdc, nb, t, b_start + lane + 32 * h);
+          if (lane + 32 * h < n_blocks && t < n_tokens) {
+            if constexpr (QX) pre[h][t] = quantize_block<Block>(xf, b_start + lane + 32 * h);
+            else pre[h][t] = load_act(xq, xdc, nb, t, b_start + lane + 32 * h);
+          }
     }
     copy_async_wait();
     __syncwarp();
@@ -289,6 +341,15 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
       if (lane == 0) partial[warp][i][t] = s;
     }
   __syncthreads();
+  if constexpr (SWIGLU) {
+    if (threadIdx.x < kHalf && r0 + threadIdx.x < rows) {
+      float g = 0.0f, u = 0.0f;
+#pragma unroll
+      for (int k = 0; k < n_warps; ++k) g += partial[k][threadIdx.x][0], u += partial[k][kHalf + threadIdx.x][0];
+      y[r0 + threadIdx.x] = silu_times(g, u);
+    }
+    return;
+  }
   if (threadIdx.x < ROWS * NT) {
     const int i = threadIdx.x / NT, t = threadIdx.x % NT;
     if (t < n_tokens && r0 + i < rows) {
@@ -793,6 +854,17 @@ bool mmq_enabled() {
   return on;
 }
 
+// Rows a one-token GEMV block takes, at most (fewer where the stages would not
+// fit 48 KB of shared memory). INFERD_CUDA_GEMV_ROWS=2, 4 or 16 takes that
+// many instead of 8, to compare.
+int gemv_decode_rows() {
+  static const int rows = env_is("INFERD_CUDA_GEMV_ROWS", "2")    ? kGemvRows
+                          : env_is("INFERD_CUDA_GEMV_ROWS", "4")  ? 4
+                          : env_is("INFERD_CUDA_GEMV_ROWS", "16") ? 16
+                                                                  : 8;
+  return rows;
+}
+
 unsigned gemv_blocks(int64_t rows) {
   constexpr int64_t rows_per_block = int64_t(kGemvWarps) * kGemvRows;
   return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
@@ -802,7 +874,7 @@ dim3 gemm_grid(int64_t rows, int64_t n_tokens) {
 }
 
 template <class Block>
-void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count,
+void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count, Fuse fuse,
                         cudaStream_t stream) {
   const int64_t nb = outs.front().w.cols / kQuantBlock;
   const int n = static_cast<int>(n_tokens);
@@ -832,16 +904,36 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
   // copy bandwidth with 4 rows instead of 2, and the 8B's one-stream decode
   // from 309 to 339 tok/s with 8 rows for one token (where a block's stages
   // fit the default 48 KB of shared memory; two tokens keep 4).
-  // INFERD_CUDA_GEMV_ROWS=2, 4 or 16 takes that many instead, to compare.
-  static const int decode_rows = env_is("INFERD_CUDA_GEMV_ROWS", "2")    ? kGemvRows
-                                 : env_is("INFERD_CUDA_GEMV_ROWS", "4")  ? 4
-                                 : env_is("INFERD_CUDA_GEMV_ROWS", "16") ? 16
-                                                                         : 8;
+  const int decode_rows = gemv_decode_rows();
   const int warps = gemv_warps(nb);
   auto fits = [&](int rows) { return size_t(warps) * rows * stage_words<Block>() * sizeof(uint4) <= 48 * 1024; };
   int one_token_rows = decode_rows;
   while (one_token_rows > 4 && !fits(one_token_rows)) one_token_rows /= 2;  // the default 48 KB, no opt-in
   const int rows_per_block = n <= 1 ? one_token_rows : n <= 2 ? std::min(decode_rows, 4) : kGemvRows;
+  const size_t smem = size_t(warps) * rows_per_block * stage_words<Block>() * sizeof(uint4);
+  if (fuse.x || fuse.swiglu) {
+    if (n != 1 || (rows_per_block != 4 && rows_per_block != 8) || (fuse.swiglu && outs.size() != 2))
+      throw std::logic_error("matmul_quant: the fused GEMV takes one token and 4 or 8 rows a block");
+    GemvSegs segs{};
+    for (const MatmulOut& o : outs)
+      segs.s[segs.n++] = GemvSeg{static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, o.y, 0};
+    if (fuse.swiglu) {
+      auto* kernel = rows_per_block == 8 ? (fuse.x ? gemv_quant<Block, 1, 8, true, true> : gemv_quant<Block, 1, 8, false, true>)
+                                         : (fuse.x ? gemv_quant<Block, 1, 4, true, true> : gemv_quant<Block, 1, 4, false, true>);
+      const int64_t half = rows_per_block / 2;
+      launch_kernel(kernel, static_cast<unsigned>((outs[0].w.rows + half - 1) / half), 32 * warps, smem, stream, segs,
+                    nb, x.q, x.dc, fuse.x, n);
+      return;
+    }
+    unsigned blocks = 0;
+    for (int i = 0; i < segs.n; ++i) {
+      segs.s[i].first_block = blocks;
+      blocks += static_cast<unsigned>((segs.s[i].rows + rows_per_block - 1) / rows_per_block);
+    }
+    auto* kernel = rows_per_block == 8 ? gemv_quant<Block, 1, 8, true> : gemv_quant<Block, 1, 4, true>;
+    launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, fuse.x, n);
+    return;
+  }
   auto* kernel = n <= 1   ? (rows_per_block == 16  ? gemv_quant<Block, 1, 16>
                              : rows_per_block == 8 ? gemv_quant<Block, 1, 8>
                              : rows_per_block == 4 ? gemv_quant<Block, 1, 4>
@@ -859,8 +951,7 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
       blocks += static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
     }
     if (segs.n == 0) break;
-    const size_t smem = size_t(warps) * rows_per_block * stage_words<Block>() * sizeof(uint4);
-    launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, n);
+    launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, static_cast<const float*>(nullptr), n);
   }
 }
 
@@ -883,6 +974,17 @@ void matmul_float_typed(const WeightView& w, const float* x, int64_t n_tokens, f
 
 }  // namespace
 
+// A one-token step's GEMV may take the activation quantization before it and
+// the SwiGLU product after it: on an H100 a decode step launched 14 kernels a
+// layer, four of them quantize_act and one silu_mul, each a few microseconds for
+// a few kilobytes. Blocks of 4 or 8 rows only (the fused variants compiled; 16
+// rows fall back to 8 for want of shared memory anyway); x 16-byte aligned for
+// the float4 loads.
+bool fuses_one_token(int64_t n_tokens, const float* x) {
+  const int rows = gemv_decode_rows();
+  return n_tokens == 1 && (rows == 4 || rows == 8) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
 void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, QuantAct out, cudaStream_t stream) {
   const int64_t blocks = n_tokens * (cols / kQuantBlock);
   if (blocks <= 0) return;
@@ -891,12 +993,13 @@ void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, 
   check_launch("matmul: quantize activations");
 }
 
-void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count, cudaStream_t stream) {
+void matmul_quant(std::span<const MatmulOut> outs, QuantAct x, int64_t n_tokens, int sm_count, cudaStream_t stream,
+                  Fuse fuse) {
   if (outs.empty()) return;
   switch (outs.front().w.type) {
-    case DType::Q4_0: matmul_quant_typed<BlockQ4_0>(outs, x, n_tokens, sm_count, stream); break;
-    case DType::Q4_1: matmul_quant_typed<BlockQ4_1>(outs, x, n_tokens, sm_count, stream); break;
-    case DType::Q8_0: matmul_quant_typed<BlockQ8_0>(outs, x, n_tokens, sm_count, stream); break;
+    case DType::Q4_0: matmul_quant_typed<BlockQ4_0>(outs, x, n_tokens, sm_count, fuse, stream); break;
+    case DType::Q4_1: matmul_quant_typed<BlockQ4_1>(outs, x, n_tokens, sm_count, fuse, stream); break;
+    case DType::Q8_0: matmul_quant_typed<BlockQ8_0>(outs, x, n_tokens, sm_count, fuse, stream); break;
     default: throw std::invalid_argument("matmul_quant: not a quantized weight type");
   }
   check_launch("matmul");
