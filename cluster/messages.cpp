@@ -55,6 +55,7 @@ json::object Fingerprint::to_json() const {
           {"max_num_seqs", max_num_seqs},
           {"block_size", block_size},
           {"kv_cache_bytes", kv_cache_bytes},
+          {"kv_sized_by_device", kv_sized_by_device},
           {"device", device},
           {"fabric", fabric.to_json()}};
 }
@@ -70,6 +71,7 @@ Fingerprint Fingerprint::from_json(const json::object& o) {
   f.block_size = json::value_to<int>(o.at("block_size"));
   f.kv_cache_bytes = json::value_to<uint64_t>(o.at("kv_cache_bytes"));
   f.device = json::value_to<std::string>(o.at("device"));
+  if (const auto* k = o.if_contains("kv_sized_by_device")) f.kv_sized_by_device = k->as_bool();
   if (const auto* c = o.if_contains("fabric")) f.fabric = FabricChoice::from_json(c->as_object());
   return f;
 }
@@ -87,6 +89,8 @@ std::optional<std::string> Fingerprint::differs(const Fingerprint& w, int rank) 
   if (auto d = diff("max_num_seqs", max_num_seqs, w.max_num_seqs)) return d;
   if (auto d = diff("block_size", block_size, w.block_size)) return d;
   if (auto d = diff("kv_cache_bytes", kv_cache_bytes, w.kv_cache_bytes)) return d;
+  if (auto d = diff("kv_sized_by_device (gpu_memory_utilization set)", kv_sized_by_device, w.kv_sized_by_device))
+    return d;
   if (auto d = diff("device", device, w.device)) return d;
   if (fabric.mtu == 0 || w.fabric.mtu == 0) return std::nullopt;
   auto fabric_diff = [&](std::string_view what, const auto& mine, const auto& theirs) -> std::optional<std::string> {

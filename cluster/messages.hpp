@@ -49,6 +49,9 @@ struct Fingerprint {
   int max_num_seqs = 0;
   int block_size = 0;
   uint64_t kv_cache_bytes = 0;
+  // Whether each rank sizes its KV cache by its device (gpu_memory_utilization):
+  // then the ranks agree on the fewest blocks in a collective all must join.
+  bool kv_sized_by_device = false;
   std::string device;
   // The whole choice travels, so each rank's log and the head's status show
   // every rank's; only its link layer and MTU must agree, and only between

@@ -686,14 +686,6 @@ void refuse_unbuilt(const Config& cfg, const Origins& origins) {
                                   "at its default",
                                   it != origins.end() ? it->second : std::string("engine.gpu_memory_utilization")));
   }
-  auto refuse = [&](bool differs, std::string_view key, std::string_view what) {
-    if (!differs) return;
-    auto it = origins.find(key);
-    const std::string where = it != origins.end() ? it->second : std::string(key);
-    throw ConfigError(fmt::format("{}: {} is not implemented yet; leave it at its default", where, what));
-  };
-  refuse(cfg.engine.tensor_parallel_size > 1 && cfg.engine.device != "cpu", "engine.device",
-         "tensor parallelism on a GPU (NCCL ranks)");
 }
 
 
@@ -718,9 +710,14 @@ void check_parallel(const Config& cfg, const Origins& origins) {
                                              : "node_rank " + std::to_string(p.node_rank) +
                                                    " is a worker rank: add --headless (only rank 0 serves the API)"));
   if (tp > 1 && !INFERD_HAVE_GLOO)
-    throw ConfigError(fmt::format("{}: this build has no Gloo, which CPU ranks talk through: install libgloo-dev and "
-                                  "reconfigure (meson setup --reconfigure)",
+    throw ConfigError(fmt::format("{}: this build has no Gloo, which CPU ranks talk through and GPU ranks meet by: "
+                                  "install libgloo-dev and reconfigure (meson setup --reconfigure)",
                                   where_set(origins, "engine.tensor_parallel_size")));
+  // GPU ranks talk through NCCL, each on the device its own engine.device names.
+  if (tp > 1 && cfg.engine.device != "cpu" && !INFERD_HAVE_NCCL)
+    throw ConfigError(fmt::format("{}: tensor_parallel_size {} on {} needs NCCL, which this build has not: install "
+                                  "NCCL and reconfigure with -Dnccl=enabled",
+                                  where_set(origins, "engine.device"), tp, cfg.engine.device));
   if (tp > 1 && (p.master_port < 1 || p.master_port > 65534))
     throw ConfigError(fmt::format("{}: master_port must leave room for the rendezvous port after it (1-65534)",
                                   where_set(origins, "parallel.master_port")));

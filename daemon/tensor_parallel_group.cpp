@@ -8,9 +8,13 @@
 #include "daemon/engine_host.hpp"
 #include "daemon/fabric_preflight.hpp"
 #include "inferd_config.h"
+#include "kernels/backend_factory.hpp"
 #if INFERD_HAVE_GLOO
 #include "comm/gloo_collectives.hpp"
 #include "comm/tcp_store.hpp"
+#if INFERD_HAVE_NCCL
+#include "comm/nccl_collectives.hpp"
+#endif
 #else
 namespace inferd::comm {
 class StoreServer {};  // never made without Gloo; complete so HeadGroup can hold one
@@ -33,10 +37,28 @@ constexpr std::chrono::seconds kRejoin{60};
 // whatever their engine does: 5 s of silence is a stopped or cut-off rank.
 constexpr std::chrono::seconds kSilence{5};
 
-// The data plane of CPU ranks. Config refuses tensor_parallel_size > 1 in a
-// build without Gloo, so the other branch is never reached from the daemon.
-std::unique_ptr<comm::Collectives> cpu_data_plane(const Config& cfg, int rank, const std::string& address,
-                                                  int generation) {
+// The data plane: NCCL between GPU ranks (each its own device, named by its
+// engine.device), Gloo over TCP between CPU ranks; both meet at the head's
+// rendezvous store. Config refuses tensor_parallel_size > 1 in a build without
+// Gloo, and on a GPU without NCCL, so the throwing branches are never reached
+// from the daemon.
+std::unique_ptr<comm::Collectives> data_plane(const Config& cfg, int rank, const std::string& address,
+                                              int generation) {
+  if (const auto device = kernels::cuda_device_index(cfg.engine.device)) {
+#if INFERD_HAVE_GLOO && INFERD_HAVE_NCCL
+    comm::NcclOptions o;
+    o.rank = rank;
+    o.size = cfg.engine.tensor_parallel_size;
+    o.device = *device;
+    o.store_host = cfg.parallel.master_addr;
+    o.store_port = static_cast<uint16_t>(cfg.parallel.master_port + 1);
+    o.rendezvous_timeout = kJoinTimeout;
+    o.op_timeout = kOpTimeout;
+    return std::make_unique<comm::NcclCollectives>(o, generation);
+#else
+    throw std::runtime_error("this build has no NCCL: GPU ranks cannot form a data plane");
+#endif
+  }
 #if INFERD_HAVE_GLOO
   comm::GlooOptions o;
   o.rank = rank;
@@ -80,7 +102,9 @@ cluster::Fingerprint group_fingerprint(const Config& cfg) {
   f.max_num_seqs = o.max_num_seqs;
   f.block_size = o.block_size;
   f.kv_cache_bytes = o.kv_cache_bytes;
-  f.device = cfg.engine.device;
+  f.kv_sized_by_device = o.gpu_memory_utilization > 0 && o.num_kv_blocks <= 0;
+  // The kind of device, not its index: two GPU ranks on one host use two devices.
+  f.device = kernels::cuda_device_index(cfg.engine.device) ? "cuda" : cfg.engine.device;
   f.fabric = fabric_identity(cfg);
   return f;
 }
@@ -96,8 +120,9 @@ HeadGroup::HeadGroup(const Config& cfg, const std::function<void(const std::stri
   control_->wait_for_workers(false, kJoinTimeout, status, cancelled_);
   status("forming the data plane");
   control_->send_reform(generation_);
-  collectives_ = std::make_unique<comm::TimedCollectives>(cpu_data_plane(cfg, 0, p.master_addr, generation_));
-  spdlog::info("tensor parallel: a group of {} formed (Gloo over TCP)", cfg.engine.tensor_parallel_size);
+  collectives_ = std::make_unique<comm::TimedCollectives>(data_plane(cfg, 0, p.master_addr, generation_));
+  spdlog::info("tensor parallel: a group of {} formed ({})", cfg.engine.tensor_parallel_size,
+               kernels::cuda_device_index(cfg.engine.device) ? "NCCL" : "Gloo over TCP");
 }
 
 HeadGroup::~HeadGroup() {
@@ -148,7 +173,7 @@ WorkerGroup::WorkerGroup(const Config& cfg, const std::function<bool()>& cancell
   spdlog::info("tensor parallel: rank {} of {} joined the head at {}:{} (from {})", p.node_rank,
                cfg.engine.tensor_parallel_size, p.master_addr, p.master_port, address);
   const int generation = first_order(*control);
-  collectives = cpu_data_plane(cfg, p.node_rank, address, generation);
+  collectives = data_plane(cfg, p.node_rank, address, generation);
   spdlog::info("tensor parallel: rank {} is in generation {}", p.node_rank, generation);
 }
 

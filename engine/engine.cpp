@@ -179,7 +179,7 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
   }
   scheduler_ = std::make_unique<Scheduler>(limits, *kv_manager_, proposer_.get());
   // A rank of a group runs collectives between its ops, which no graph holds: eager.
-  if (opts_.tp.size <= 1)
+  if (!opts_.tp.collective())
     graph_sizes_ = graph_sizes_for(*backend_, opts_.graph_sizes, opts_.max_num_seqs, opts_.max_num_batched_tokens);
   executor_ = std::make_unique<Executor>(*model_, *kv_, *backend_, graph_sizes_);
   std::string graphs;
@@ -223,6 +223,21 @@ EngineOptions Engine::kv_sized_by_device(const ModelConfig& mc, size_t weights_b
                b.fraction, p.limit / 1048576.0, b.total / 1048576.0, p.in_use / 1048576.0, b.scratch / 1048576.0,
                p.blocks, p.kv_bytes / 1048576.0);
   o.num_kv_blocks = p.blocks;
+  if (opts_.tp.comm) {
+    // Every rank sizes its cache by its own device, but the head's block tables
+    // address the same blocks on all: the group takes the fewest.
+    const int n = opts_.tp.size;
+    const float mine = static_cast<float>(p.blocks);  // exact: far below 2^24 blocks
+    kernels::Buffer in = backend_->alloc(sizeof(float)), out = backend_->alloc(n * sizeof(float));
+    backend_->upload(in.data(), &mine, sizeof mine);
+    backend_->synchronize();
+    opts_.tp.comm->all_gather(in.as<float>(), 1, out.as<float>());
+    std::vector<float> all(static_cast<size_t>(n));
+    backend_->download(all.data(), out.data(), all.size() * sizeof(float));
+    o.num_kv_blocks = static_cast<int>(*std::min_element(all.begin(), all.end()));
+    if (o.num_kv_blocks != p.blocks)
+      spdlog::info("engine: the group's smallest KV cache is {} blocks: this rank takes as many", o.num_kv_blocks);
+  }
   return o;
 }
 

@@ -76,8 +76,9 @@ struct EngineOptions {
   std::function<void(const std::string& reason)> reform_group;
   // Decode batch sizes run as captured steps (CUDA graphs) on a backend that can
   // capture (engine/executor.hpp); the CPU backend cannot: there they do nothing.
-  // Empty: every step runs eagerly; so does every rank of a group (tp.size > 1),
-  // whose collectives run between the ops, outside what a graph holds.
+  // Empty: every step runs eagerly; so does every rank that runs collectives
+  // (TensorParallel::collective), which run between the ops, outside what a
+  // graph holds.
   std::vector<int> graph_sizes = {1, 2, 4, 8};
   // Speculative decoding with the prompt-lookup proposer (engine/spec/); unset:
   // none. Greedy requests give the tokens they give without it; sampled ones

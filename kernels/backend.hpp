@@ -141,6 +141,10 @@ class Backend {
   // once the bytes are in `dst`.
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // Waits until every op queued so far has finished, so that another agent (a
+  // collective library on a stream of its own) may read and write what they
+  // wrote. Not within a captured step. The CPU's ops have finished on return.
+  virtual void synchronize() {}
   // The device's memory now, for sizing the KV cache by it; nullopt where the
   // backend's memory is the host's.
   virtual std::optional<MemoryInfo> memory_info() { return std::nullopt; }

@@ -10,10 +10,7 @@
 #endif
 
 namespace inferd::kernels {
-namespace {
-
-// The CUDA device "cuda" or "cuda:N" names, or nullopt when it names none.
-std::optional<int> cuda_device(std::string_view device) {
+std::optional<int> cuda_device_index(std::string_view device) {
   if (device == "cuda") return 0;
   if (!device.starts_with("cuda:")) return std::nullopt;
   const std::string_view n = device.substr(5);
@@ -23,11 +20,9 @@ std::optional<int> cuda_device(std::string_view device) {
   return id;
 }
 
-}  // namespace
-
 std::string device_error(std::string_view device) {
   if (device == "cpu") return {};
-  const bool cuda = cuda_device(device).has_value();
+  const bool cuda = cuda_device_index(device).has_value();
   // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(...).
   std::string why(cuda ? "'" : "must be cpu, cuda or cuda:N, got '");
   why.append(device).append("'");
@@ -40,7 +35,7 @@ std::unique_ptr<Backend> make_backend(std::string_view device, int threads) {
   if (std::string why = device_error(device); !why.empty()) throw std::invalid_argument(why);
   if (device == "cpu") return make_cpu_backend(threads);
 #if INFERD_HAVE_CUDA
-  return make_cuda_backend(*cuda_device(device));
+  return make_cuda_backend(*cuda_device_index(device));
 #else
   throw std::logic_error("unreachable: CUDA device accepted without CUDA");
 #endif

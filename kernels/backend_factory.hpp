@@ -2,6 +2,7 @@
 // or "cuda:N". The CUDA names are accepted only by builds with CUDA.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -9,6 +10,8 @@
 
 namespace inferd::kernels {
 
+// The CUDA device "cuda" (0) or "cuda:N" names, or nullopt when it names none.
+std::optional<int> cuda_device_index(std::string_view device);
 // Why `device` cannot be used by this build, or "" when it can.
 std::string device_error(std::string_view device);
 // The backend `device` names; `threads` is the CPU backend's (0: one per core).

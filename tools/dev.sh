@@ -36,13 +36,14 @@ case $verb in
     meson test -C "$FUZZ" --no-rebuild --print-errorlogs --suite fuzz
     # The CUDA sources compile and link (with cuBLAS) wherever nvcc is, GPU or
     # not, so they cannot rot between runs on a GPU machine (tools/gpu-check
-    # builds and runs the GPU tests there). Only the kernels: the rest of the
-    # tree is the same C++ the first build compiled.
+    # builds and runs the GPU tests there). Only the kernels, and the GPU ranks'
+    # data plane (NCCL, where it is found): the rest of the tree is the same C++
+    # the first build compiled.
     command -v nvcc >/dev/null || [ ! -x /usr/local/cuda/bin/nvcc ] || export PATH=$PATH:/usr/local/cuda/bin
     if command -v nvcc >/dev/null; then
       CUDA_BUILD=${INFERD_CUDA_BUILD:-build-cuda}
       [ -f "$CUDA_BUILD/build.ninja" ] || meson setup "$CUDA_BUILD" -Dcuda=enabled -Dfaults=true >/dev/null
-      ninja -C "$CUDA_BUILD" tools/bench_cuda
+      ninja -C "$CUDA_BUILD" tools/bench_cuda daemon/libinferd_daemon.a.p/tensor_parallel_group.cpp.o
     fi
     [ "${INFERD_ASAN:-1}" != 0 ] || exit 0
     # Only the kernels and unit suites: meson builds just their two programs.

@@ -56,9 +56,9 @@ class DecoderModel final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
 
-  bool samples_on_device() const override { return be_.can_sample() && !be_.host_visible() && tp_.size == 1; }
+  bool samples_on_device() const override { return be_.can_sample() && !be_.host_visible() && !tp_.collective(); }
 
-  bool emits_features() const override { return tp_.size == 1; }
+  bool emits_features() const override { return !tp_.collective(); }
   SharedHead shared_head() const override {
     return {tok_embd_, output_, opts_.embed_scale ? std::sqrt(static_cast<float>(cfg_.dim)) : 1.0f};
   }
@@ -131,12 +131,13 @@ class DecoderModel final : public Model {
     const size_t n_logits = static_cast<size_t>(R) * cfg_.vocab;
     // Where the head writes: the host's logits, or device scratch downloaded
     // last (capped there too: a captured step's download lands after forward returns).
-    float* out = be_.host_visible() || tp_.size > 1 ? logits : logits_.reserve(be_, n_logits);
-    if (tp_.size > 1)
-      gather_logits(q, R, logits);
-    else
+    float* out = be_.host_visible() || tp_.collective() ? logits : logits_.reserve(be_, n_logits);
+    if (tp_.collective()) {
+      gather_logits(q, R, logits);  // capped there, each rank its own ids
+    } else {
       be_.matmul(output_, q, R, out);
-    if (final_softcap_ > 0) be_.softcap(out, final_softcap_, static_cast<int64_t>(n_logits));
+      if (final_softcap_ > 0) be_.softcap(out, final_softcap_, static_cast<int64_t>(n_logits));
+    }
     if (!b.sampling.empty()) {
       if (!samples_on_device()) throw std::logic_error("forward: this model does not sample on its device");
       auto* sampled = reinterpret_cast<int32_t*>(sampled_.reserve(be_, R));  // ids in float-sized slots
@@ -297,35 +298,45 @@ class DecoderModel final : public Model {
     return buf.data();
   }
 
+  // Collectives read and write the backend's memory (a GPU rank's NCCL, on a
+  // stream of its own) and return once their result is there: the backend's
+  // queued ops finish first.
   void all_reduce(float* data, int64_t n) {
-    if (tp_.comm) tp_.comm->all_reduce_sum(data, static_cast<size_t>(n));
+    if (!tp_.comm) return;
+    be_.synchronize();
+    tp_.comm->all_reduce_sum(data, static_cast<size_t>(n));
   }
 
-  // Each rank's logits for its slice of the vocabulary, padded to a common
-  // width, gathered everywhere and laid out row by row for the sampler.
+  // Each rank's logits for its slice of the vocabulary, gathered everywhere in
+  // the backend's memory and laid out row by row for the sampler. A rank's
+  // share of the gather is its [R][ids here] block as the head wrote it, padded
+  // at its end to the common R * vocab_width_.
   void gather_logits(const float* normed, int64_t R, float* logits) {
-    const int64_t V = cfg_.vocab, width = vocab_width_;
-    const int64_t here = output_.rows;  // this rank's ids; fewer than width on the last rank
-    float* local = logits_.reserve(be_, R * here);
+    const int64_t V = cfg_.vocab, width = vocab_width_, block = R * width;
+    float* local = logits_.reserve(be_, block);
     be_.matmul(output_, normed, R, local);
-    std::vector<float> mine(static_cast<size_t>(R * here));
-    if (be_.host_visible()) {
-      std::memcpy(mine.data(), local, mine.size() * sizeof(float));
-    } else {
-      be_.download(mine.data(), local, mine.size() * sizeof(float));
-    }
-    std::vector<float> own(static_cast<size_t>(R * width)), all(own.size() * tp_.size);
-    for (int64_t r = 0; r < R; ++r) std::copy_n(mine.data() + r * here, here, own.data() + r * width);
+    if (final_softcap_ > 0) be_.softcap(local, final_softcap_, R * output_.rows);  // elementwise: before the gather
+    const float* all = local;  // tracing shapes (no peers): this rank's block alone
+    int first = tp_.rank, last = tp_.rank;
     if (tp_.comm) {
-      tp_.comm->all_gather(own.data(), own.size(), all.data());
+      float* gathered = gathered_.reserve(be_, block * tp_.size);
+      be_.synchronize();
+      tp_.comm->all_gather(local, static_cast<size_t>(block), gathered);
+      all = gathered, first = 0, last = tp_.size - 1;
     } else {
-      // Tracing shapes: no peers; the other ranks' slices are left zero.
-      std::copy(own.begin(), own.end(), all.begin() + static_cast<int64_t>(own.size()) * tp_.rank);
+      std::fill_n(logits, R * V, 0.0f);  // the other ranks' ids
     }
-    for (int rank = 0; rank < tp_.size; ++rank) {
-      const int64_t v0 = rank * width, n = std::min(width, V - v0);
+    std::vector<float> host;
+    if (!be_.host_visible()) {
+      host.resize(static_cast<size_t>(block * (last - first + 1)));
+      be_.download(host.data(), all, host.size() * sizeof(float));
+      all = host.data();
+    }
+    for (int rank = first; rank <= last; ++rank) {
+      const int64_t v0 = std::min(V, rank * width), n = std::min(V, v0 + width) - v0;
+      const float* rows = all + (rank - first) * block;
       for (int64_t r = 0; r < R && n > 0; ++r)
-        std::memcpy(logits + r * V + v0, all.data() + (rank * R + r) * width, static_cast<size_t>(n) * sizeof(float));
+        std::memcpy(logits + r * V + v0, rows + r * n, static_cast<size_t>(n) * sizeof(float));
     }
   }
 
@@ -416,7 +427,7 @@ class DecoderModel final : public Model {
   const float* out_norm_ = nullptr;
   std::vector<DecoderLayer> layers_;
   StepStaging staging_;
-  ActivationBuffer x_, h_, q_, k_, v_, att_, gate_, up_, logits_, sampled_;
+  ActivationBuffer x_, h_, q_, k_, v_, att_, gate_, up_, logits_, sampled_, gathered_;
 };
 
 }  // namespace

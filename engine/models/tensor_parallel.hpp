@@ -17,6 +17,11 @@ struct TensorParallel {
   // The group's data plane; null for a group of 1, and for a model loaded only
   // to trace its shapes (it then runs its rank's shapes without communicating).
   comm::Collectives* comm = nullptr;
+
+  // Whether this rank's forward pass runs the group's collectives: a group of
+  // more than one, or a group of one given a data plane, which then meets
+  // itself in each of them (how a GPU rank's data path runs on one GPU).
+  bool collective() const { return size > 1 || comm != nullptr; }
 };
 
 // Rank `rank`'s part [begin, end) of `units` indivisible units (kv heads, blocks

@@ -155,6 +155,12 @@ class CudaBackend final : public Backend {
     sync("download");
   }
 
+  void synchronize() override {
+    select();
+    if (mode_ != Mode::Eager) throw std::logic_error("synchronize: a captured step cannot wait for its own ops");
+    sync("synchronize");
+  }
+
   bool can_capture() const override { return true; }
 
   void run_captured(int64_t key, const std::function<void()>& step) override {

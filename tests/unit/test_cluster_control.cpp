@@ -74,6 +74,22 @@ TEST_SUITE("cluster") {
     CHECK(!head.differs(Fingerprint::from_json(o), 1));
   }
 
+  TEST_CASE("fingerprint: ranks must agree on sizing the KV cache by their devices, which joins them in a collective") {
+    Fingerprint head = fingerprint(), worker = fingerprint();
+    head.device = worker.device = "cuda";  // the kind: cuda:0 and cuda:1 are both "cuda"
+    head.kv_sized_by_device = true;
+    CHECK(head.differs(worker, 1) ==
+          "kv_sized_by_device (gpu_memory_utilization set) differs: the head has true, rank 1 has false");
+    worker.kv_sized_by_device = true;
+    CHECK(!head.differs(worker, 1));
+    CHECK(Fingerprint::from_json(head.to_json()).kv_sized_by_device);
+    auto o = head.to_json();
+    o.erase("kv_sized_by_device");  // a rank that sends none sizes by bytes
+    CHECK(!Fingerprint::from_json(o).kv_sized_by_device);
+    worker.device = "cpu";
+    CHECK(head.differs(worker, 1) == "device differs: the head has cuda, rank 1 has cpu");
+  }
+
   TEST_CASE("control plane: a worker's health report reaches the head with its heartbeats; a re-forming starts it afresh") {
     ControlHead head({.address = "127.0.0.1", .port = 0, .world_size = 2, .fingerprint = fingerprint()});
     std::mutex mu;
