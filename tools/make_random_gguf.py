@@ -7,7 +7,12 @@ vocabulary sets the embedding size. Each layer's weights are the same seeded
 random tensors (tiled), so a large model is written in seconds; speed does not
 depend on the values.
 
-  python3 tools/make_random_gguf.py --donor SMALL.gguf --shape 1b --type q4_0 [--arch llama] OUT.gguf
+  python3 tools/make_random_gguf.py --donor SMALL.gguf --shape 1b --type q4_0 [--arch llama] [--vocab N] OUT.gguf
+
+tests/golden/gemma2-odd-vocab.gguf (tensor parallel over a vocabulary that does
+not split evenly, with the final soft cap):
+  python3 tools/make_random_gguf.py --donor tests/golden/spm-tiny.gguf --shape tiny --type q8_0 \
+      --arch gemma2 --vocab 1999 tests/golden/gemma2-odd-vocab.gguf
 
 Architectures, with the tensors and keys llama.cpp's converter writes for each:
 llama (the default); qwen2 (q/k/v biases); qwen3 (per-head q/k RMSNorm);
@@ -99,16 +104,22 @@ def main() -> int:
     ap.add_argument("--type", choices=TYPES, default="q4_0")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--arch", choices=ARCHS, default="llama")
+    ap.add_argument("--vocab", type=int, default=0,
+                    help="keep only the donor's first VOCAB tokens (e.g. an odd count, which a tensor-parallel "
+                         "group cannot split evenly)")
     a = ap.parse_args()
     s = SHAPES[a.shape]
     rng = np.random.default_rng(a.seed)
 
     donor = gguf.GGUFReader(a.donor)
-    vocab = len(donor.fields["tokenizer.ggml.tokens"].contents())
+    donor_vocab = len(donor.fields["tokenizer.ggml.tokens"].contents())
+    vocab = min(a.vocab, donor_vocab) if a.vocab > 0 else donor_vocab
     w = gguf.GGUFWriter(a.out, arch=a.arch)
     for name, field in donor.fields.items():
-        if name.startswith("tokenizer."):
-            copy_field(w, name, field)
+        if not name.startswith("tokenizer."):
+            continue
+        per_token = field.types[0] == gguf.GGUFValueType.ARRAY and len(field.data) == donor_vocab
+        copy_field(w, name, field, field.contents()[:vocab] if per_token and vocab < donor_vocab else None)
     w.add_name(f"random-{a.arch}-{a.shape}-{a.type}")
     add_llama_hparams(w, s, 8192, 500000.0)
     extras = ARCHS[a.arch]
