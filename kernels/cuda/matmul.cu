@@ -233,7 +233,7 @@ __global__ __launch_bounds__(32 * kGemvWarps) void gemv_quant(GemvSegs segs, int
   grid_launch_dependents();
   // This block's segment, chosen by copies (an index into segs would put the
   // parameter in local memory: 128 bytes of stack and 123 registers a thread for
-  // one token and 8 rows, against 72 without).
+  // one token and 8 rows, against 71 without).
   GemvSeg seg = segs.s[0];
 #pragma unroll
   for (int i = 1; i < kMaxSegs; ++i)
@@ -914,10 +914,11 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
   if (fuse.x || fuse.swiglu) {
     if (n != 1 || (rows_per_block != 4 && rows_per_block != 8) || (fuse.swiglu && outs.size() != 2))
       throw std::logic_error("matmul_quant: the fused GEMV takes one token and 4 or 8 rows a block");
-    GemvSegs segs{};
-    for (const MatmulOut& o : outs)
-      segs.s[segs.n++] = GemvSeg{static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, o.y, 0};
+    auto seg = [](const MatmulOut& o, unsigned first) {
+      return GemvSeg{static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, o.y, first};
+    };
     if (fuse.swiglu) {
+      const GemvSegs segs{{seg(outs[0], 0), seg(outs[1], 0)}, 2};
       auto* kernel = rows_per_block == 8 ? (fuse.x ? gemv_quant<Block, 1, 8, true, true> : gemv_quant<Block, 1, 8, false, true>)
                                          : (fuse.x ? gemv_quant<Block, 1, 4, true, true> : gemv_quant<Block, 1, 4, false, true>);
       const int64_t half = rows_per_block / 2;
@@ -925,13 +926,16 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
                     nb, x.q, x.dc, fuse.x, n);
       return;
     }
-    unsigned blocks = 0;
-    for (int i = 0; i < segs.n; ++i) {
-      segs.s[i].first_block = blocks;
-      blocks += static_cast<unsigned>((segs.s[i].rows + rows_per_block - 1) / rows_per_block);
-    }
     auto* kernel = rows_per_block == 8 ? gemv_quant<Block, 1, 8, true> : gemv_quant<Block, 1, 4, true>;
-    launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, fuse.x, n);
+    for (size_t i = 0; i < outs.size();) {  // up to kMaxSegs weights a launch
+      GemvSegs segs{};
+      unsigned blocks = 0;
+      for (; i < outs.size() && segs.n < kMaxSegs; ++i) {
+        segs.s[segs.n++] = seg(outs[i], blocks);
+        blocks += static_cast<unsigned>((outs[i].w.rows + rows_per_block - 1) / rows_per_block);
+      }
+      launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, fuse.x, n);
+    }
     return;
   }
   auto* kernel = n <= 1   ? (rows_per_block == 16  ? gemv_quant<Block, 1, 16>
