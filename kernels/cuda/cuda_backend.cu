@@ -409,8 +409,7 @@ class CudaBackend final : public Backend {
     CudaBackend& be_;
   };
 
-  // One matmul on its own: float weights, or any weight at tensor-core sizes.
-  // (A quantized weight below tensor-core sizes goes through matmul_shared alone.)
+  // Whether a one-token GEMV takes its neighbours' work on this backend (CudaOptions::fuse_one_token).
   bool fuses(int64_t n_tokens, const float* x) const {
     return opts_.fuse_one_token && cuda::fuses_one_token(n_tokens, x);
   }
@@ -451,6 +450,8 @@ class CudaBackend final : public Backend {
     if (launch) cuda::matmul_quant(outs, xq, n_tokens, sm_count_, stream_, fuse);
   }
 
+  // One matmul on its own: float weights, or any weight at tensor-core sizes.
+  // (A quantized weight below tensor-core sizes goes through matmul_shared alone.)
   void matmul_one(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
     if (is_quantized(w.type) && n_tokens > 0 && w.rows > 0 && !on_tensor_cores(w, n_tokens)) {
       const MatmulOut out{w, y};
