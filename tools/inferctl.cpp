@@ -1,7 +1,9 @@
 // inferctl: the operator's command-line tool. Each subcommand lives in its own
 // file and is listed once in kCommands below.
+#include <algorithm>
 #include <iostream>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "tools/inferctl_commands.hpp"
@@ -33,11 +35,9 @@ constexpr Command kCommands[] = {
 
 void usage(std::ostream& out) {
   out << "usage: inferctl <command> [options]\n\ncommands:\n";
-  for (const auto& c : kCommands) {
-    out << "  " << c.name;
-    for (size_t i = c.name.size(); i < 14; ++i) out << ' ';
-    out << c.summary << "\n";
-  }
+  size_t width = 0;  // the longest name and two spaces
+  for (const auto& c : kCommands) width = std::max(width, c.name.size() + 2);
+  for (const auto& c : kCommands) out << "  " << c.name << std::string(width - c.name.size(), ' ') << c.summary << "\n";
   out << "\n'inferctl <command> --help' shows a command's options.\n";
 }
 
