@@ -225,4 +225,27 @@ TEST_SUITE("whole_model") {
     const auto got = test_engine::generate_greedy(eng, prompts, 32);
     for (size_t i = 0; i < prompts.size(); ++i) CHECK_MESSAGE(got[i].ids == want.batched[i].ids, "prompt ", i, " batched");
   }
+
+  TEST_CASE("draft head: after a step that kept drafts, the head reads the feature of the step's last kept row") {
+    // The model continues this with pairs and a single (ids 1892 1892 1792 1792
+    // 329 ...). The first of a pair is never a draft of the identity head (it
+    // differs from the token before it), so a step ends on it, and the head,
+    // handed that row's feature, drafts it again: the pair's second token is
+    // kept. Handed the step's first row instead (the row before its kept
+    // drafts), it drafts an older token: 2 of 16 repeats were kept that way.
+    EngineOptions o = test_engine::small_engine(test_paths::default_model());
+    Target t;
+    o.speculative = NgramOptions{3, 0, 0};
+    o.draft_head = write_head(t.spec(), "identity-head.gguf");
+    Engine eng(o);
+    const auto prompt = eng.tokenizer().encode("x x y y z z x x y y z z x x y y", true, false);
+    const auto got = test_engine::generate_greedy(eng, {prompt}, 40)[0].ids;
+    uint64_t repeats = 0;  // generated tokens equal to the one before them
+    for (size_t i = 0; i < got.size(); ++i) repeats += got[i] == (i ? got[i - 1] : prompt.back());
+    const auto st = eng.stats();
+    MESSAGE(repeats << " repeats, " << st.spec_accepted_tokens << " drafts kept");
+    REQUIRE(repeats >= 10);  // the model still answers with pairs
+    CHECK(st.spec_accepted_tokens <= repeats);  // the identity head only ever drafts a repeat
+    CHECK(st.spec_accepted_tokens * 4 >= repeats * 3);
+  }
 }
