@@ -324,6 +324,8 @@ def main():
     ap.add_argument("--rss-growth-pct", type=float, default=1.0)
     ap.add_argument("--probe-interval", default="5")
     ap.add_argument("--small-shapes", action="store_true", help="a 1024-token window, 16 sequences")
+    ap.add_argument("--port", type=int, default=0,
+                    help="the daemon's port, the admin port the next one (default: free ones the system offers)")
     ap.add_argument("inferd_args", nargs="*", help="extra inferd flags (after --)")
     a = ap.parse_args()
 
@@ -336,30 +338,37 @@ def main():
     if idle_n < a.idle_connections:
         notes.append(f"idle connections scaled down from {a.idle_connections} to {idle_n}: RLIMIT_NOFILE is {fd_limit}")
 
-    port, admin_port = free_port(), free_port()
-    url = f"http://127.0.0.1:{port}"
     cfg = tempfile.NamedTemporaryFile("w", prefix="soak-", suffix=".toml", delete=False)
     cfg.write(f"[server]\nidle_timeout_s = {a.idle_timeout}\n")
     cfg.close()
-    log = tempfile.NamedTemporaryFile(prefix="soak-", suffix=".log", delete=False)
-    cmd = [os.path.join(a.build, "daemon", "inferd"), "--config", cfg.name, "--host", "127.0.0.1", "--port", str(port),
-           "--probe-interval", a.probe_interval, "--max-connections", str(idle_n + reserve),
-           "--admin-port", str(admin_port)]
-    cmd += (SMALL_SHAPES if a.small_shapes else []) + a.inferd_args
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 600:
-        try:
-            if requests.get(url + "/health/ready", timeout=2).status_code == 200:
+    # A port free when probed may be taken before the daemon binds it (a test
+    # beside this one, a client's ephemeral port): then it starts again on others.
+    for attempt in range(5):
+        port, admin_port = (a.port, a.port + 1) if a.port and attempt == 0 else (free_port(), free_port())
+        url = f"http://127.0.0.1:{port}"
+        log = tempfile.NamedTemporaryFile(prefix="soak-", suffix=".log", delete=False)
+        cmd = [os.path.join(a.build, "daemon", "inferd"), "--config", cfg.name, "--host", "127.0.0.1", "--port",
+               str(port), "--probe-interval", a.probe_interval, "--max-connections", str(idle_n + reserve),
+               "--admin-port", str(admin_port)]
+        cmd += (SMALL_SHAPES if a.small_shapes else []) + a.inferd_args
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 600:
+            try:
+                if requests.get(url + "/health/ready", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if proc.poll() is not None:
                 break
-        except requests.RequestException:
-            pass
-        if proc.poll() is not None:
+            time.sleep(0.2)
+        else:
+            proc.kill()
+            sys.exit(f"inferd not Serving after 600 s: see {log.name}")
+        if proc.poll() is None:
+            break
+        if "Address already in use" not in open(log.name).read() or attempt == 4:
             sys.exit(f"inferd exited: see {log.name}")
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        sys.exit(f"inferd not Serving after 600 s: see {log.name}")
     warm_s = time.monotonic() - t0
     info = requests.post(url + "/tokenize", json={"prompt": "x"}, timeout=10).json()
     model = requests.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]

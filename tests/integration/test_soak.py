@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import BUILD, SRC, default_model, scaled
+from conftest import BUILD, SRC, default_model, free_port, scaled
 
 
 def test_short_soak_passes():
@@ -21,6 +21,8 @@ def test_short_soak_passes():
            # shows as seconds, the idle timeout) from a busy machine. The 600 s
            # run keeps the 100 ms default.
            "--health-latency-ms", "500",
+           # Ports of this test worker's own share, so no test beside it takes them.
+           "--port", str(free_port(2)),
            "--", "--model", default_model()]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(400))
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
