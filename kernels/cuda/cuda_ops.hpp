@@ -32,7 +32,7 @@ void quantize_act(DType weight, const float* x, int64_t n_tokens, int64_t cols, 
 // says when it can): with x set, it quantizes those floats itself, so the
 // QuantAct is not read and no quantize_act runs before it; with swiglu, outs are
 // {gate, up} of the same rows and it writes silu(gate) * up into gate's y (up's y
-// is not written), so no silu_mul runs after it.
+// is not written), so no silu_mul runs after it; swiglu only with x.
 struct Fuse {
   const float* x = nullptr;
   bool swiglu = false;

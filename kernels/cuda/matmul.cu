@@ -911,34 +911,25 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
   while (one_token_rows > 4 && !fits(one_token_rows)) one_token_rows /= 2;  // the default 48 KB, no opt-in
   const int rows_per_block = n <= 1 ? one_token_rows : n <= 2 ? std::min(decode_rows, 4) : kGemvRows;
   const size_t smem = size_t(warps) * rows_per_block * stage_words<Block>() * sizeof(uint4);
-  if (fuse.x || fuse.swiglu) {
+  if (fuse.x) {
     if (n != 1 || (rows_per_block != 4 && rows_per_block != 8) || (fuse.swiglu && outs.size() != 2))
       throw std::logic_error("matmul_quant: the fused GEMV takes one token and 4 or 8 rows a block");
-    auto seg = [](const MatmulOut& o, unsigned first) {
-      return GemvSeg{static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, o.y, first};
-    };
     if (fuse.swiglu) {
-      const GemvSegs segs{{seg(outs[0], 0), seg(outs[1], 0)}, 2};
-      auto* kernel = rows_per_block == 8 ? (fuse.x ? gemv_quant<Block, 1, 8, true, true> : gemv_quant<Block, 1, 8, false, true>)
-                                         : (fuse.x ? gemv_quant<Block, 1, 4, true, true> : gemv_quant<Block, 1, 4, false, true>);
+      const auto seg = [](const MatmulOut& o) {
+        return GemvSeg{static_cast<const uint8_t*>(o.w.data), o.w.row_stride, o.w.rows, o.y, 0};
+      };
+      const GemvSegs segs{{seg(outs[0]), seg(outs[1])}, 2};
+      auto* kernel = rows_per_block == 8 ? gemv_quant<Block, 1, 8, true, true> : gemv_quant<Block, 1, 4, true, true>;
       const int64_t half = rows_per_block / 2;
       launch_kernel(kernel, static_cast<unsigned>((outs[0].w.rows + half - 1) / half), 32 * warps, smem, stream, segs,
                     nb, x.q, x.dc, fuse.x, n);
       return;
     }
-    auto* kernel = rows_per_block == 8 ? gemv_quant<Block, 1, 8, true> : gemv_quant<Block, 1, 4, true>;
-    for (size_t i = 0; i < outs.size();) {  // up to kMaxSegs weights a launch
-      GemvSegs segs{};
-      unsigned blocks = 0;
-      for (; i < outs.size() && segs.n < kMaxSegs; ++i) {
-        segs.s[segs.n++] = seg(outs[i], blocks);
-        blocks += static_cast<unsigned>((outs[i].w.rows + rows_per_block - 1) / rows_per_block);
-      }
-      launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, fuse.x, n);
-    }
-    return;
+  } else if (fuse.swiglu) {
+    throw std::logic_error("matmul_quant: the GEMV ends in silu(gate) * up only where it quantizes its input");
   }
-  auto* kernel = n <= 1   ? (rows_per_block == 16  ? gemv_quant<Block, 1, 16>
+  auto* kernel = fuse.x   ? (rows_per_block == 8 ? gemv_quant<Block, 1, 8, true> : gemv_quant<Block, 1, 4, true>)
+                 : n <= 1 ? (rows_per_block == 16  ? gemv_quant<Block, 1, 16>
                              : rows_per_block == 8 ? gemv_quant<Block, 1, 8>
                              : rows_per_block == 4 ? gemv_quant<Block, 1, 4>
                                                    : gemv_quant<Block, 1, kGemvRows>)
@@ -955,7 +946,7 @@ void matmul_quant_typed(std::span<const MatmulOut> outs, QuantAct x, int64_t n_t
       blocks += static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
     }
     if (segs.n == 0) break;
-    launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, static_cast<const float*>(nullptr), n);
+    launch_kernel(kernel, blocks, 32 * warps, smem, stream, segs, nb, x.q, x.dc, fuse.x, n);
   }
 }
 
