@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "engine/engine.hpp"
 #include "tests/engine_generate.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "tests/gpu/cuda_runner.hpp"
 
 using namespace inferd;
 
@@ -26,11 +26,7 @@ namespace {
 
 constexpr float kNoiseFactor = 4.0f;
 
-std::string model_path() {
-  if (const char* m = std::getenv("INFERD_MODEL")) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using test_cuda::model_path;
 
 }  // namespace
 

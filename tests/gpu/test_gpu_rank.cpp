@@ -8,7 +8,6 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -18,15 +17,13 @@
 #include "engine/engine.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "tests/engine_generate.hpp"
+#include "tests/gpu/cuda_runner.hpp"
 
 using namespace inferd;
 using namespace std::chrono_literals;
 
 TEST_CASE("nccl: a GPU rank's forward pass through a group of one gives the plain engine's greedy tokens") {
-  const char* env = std::getenv("INFERD_MODEL");
-  const char* home = std::getenv("HOME");
-  const std::string path =
-      env ? env : std::string(home ? home : "") + "/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = test_cuda::model_path();
   REQUIRE_MESSAGE(std::filesystem::exists(path), "no model at " << path << " (set INFERD_MODEL)");
   engine::EngineOptions o;
   o.model_path = path;
