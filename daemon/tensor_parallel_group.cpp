@@ -37,6 +37,19 @@ constexpr std::chrono::seconds kRejoin{60};
 // whatever their engine does: 5 s of silence is a stopped or cut-off rank.
 constexpr std::chrono::seconds kSilence{5};
 
+// Where a rank meets its group, for either data plane: its rank, the group's
+// size, the head's rendezvous store, and how long one collective may take.
+template <class Options>
+Options meeting(const Config& cfg, int rank) {
+  Options o;
+  o.rank = rank;
+  o.size = cfg.engine.tensor_parallel_size;
+  o.store_host = cfg.parallel.master_addr;
+  o.store_port = static_cast<uint16_t>(cfg.parallel.master_port + 1);
+  o.op_timeout = kOpTimeout;
+  return o;
+}
+
 // The data plane: NCCL between GPU ranks (each its own device, named by its
 // engine.device), Gloo over TCP between CPU ranks; both meet at the head's
 // rendezvous store. Config refuses tensor_parallel_size > 1 in a build without
@@ -46,27 +59,17 @@ std::unique_ptr<comm::Collectives> data_plane(const Config& cfg, int rank, const
                                               int generation) {
   if (const auto device = kernels::cuda_device_index(cfg.engine.device)) {
 #if INFERD_HAVE_GLOO && INFERD_HAVE_NCCL
-    comm::NcclOptions o;
-    o.rank = rank;
-    o.size = cfg.engine.tensor_parallel_size;
+    auto o = meeting<comm::NcclOptions>(cfg, rank);
     o.device = *device;
-    o.store_host = cfg.parallel.master_addr;
-    o.store_port = static_cast<uint16_t>(cfg.parallel.master_port + 1);
     o.rendezvous_timeout = kJoinTimeout;
-    o.op_timeout = kOpTimeout;
     return std::make_unique<comm::NcclCollectives>(o, generation);
 #else
     throw std::runtime_error("this build has no NCCL: GPU ranks cannot form a data plane");
 #endif
   }
 #if INFERD_HAVE_GLOO
-  comm::GlooOptions o;
-  o.rank = rank;
-  o.size = cfg.engine.tensor_parallel_size;
-  o.store_host = cfg.parallel.master_addr;
-  o.store_port = static_cast<uint16_t>(cfg.parallel.master_port + 1);
+  auto o = meeting<comm::GlooOptions>(cfg, rank);
   o.hostname = address;
-  o.op_timeout = kOpTimeout;
   return std::make_unique<comm::GlooCollectives>(o, generation);
 #else
   throw std::runtime_error("this build has no Gloo: CPU ranks cannot form a data plane");
