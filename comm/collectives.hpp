@@ -39,6 +39,31 @@ class Collectives {
   // Re-forms the group (every rank calls it, after an abort or a lost peer):
   // new connections under a new generation, so stale traffic never mixes in.
   virtual void reinit(int generation) = 0;
+  // The generation formed last: ops queued on a device (below) belong to it.
+  virtual int generation() const = 0;
+
+  // all_reduce_sum and all_gather queued on `queue`, a device stream (the
+  // rank's backend's, after the kernels that wrote the data), returning without
+  // waiting for them, so a backend may capture them in a graph with its
+  // kernels. Their result is there at the next wait on the queue; their
+  // failure, or an abort meanwhile, at settle(). A host data plane (Gloo)
+  // takes a null queue and runs them as the ops above.
+  virtual void queue_all_reduce_sum(float* data, size_t n, void* queue) {
+    host_only(queue, "queue_all_reduce_sum");
+    all_reduce_sum(data, n);
+  }
+  virtual void queue_all_gather(const float* in, size_t n, float* out, void* queue) {
+    host_only(queue, "queue_all_gather");
+    all_gather(in, n, out);
+  }
+  // After a step that queued ops has waited for its queue: throws
+  // CollectiveError when one of them failed or the group was aborted since.
+  virtual void settle() {}
+
+ private:
+  static void host_only(void* queue, const char* op) {
+    if (queue) throw std::logic_error(std::string(op) + ": this data plane runs on the host, not on a device queue");
+  }
 };
 
 }  // namespace inferd::comm

@@ -57,7 +57,7 @@ class GlooCollectives final : public Collectives {
   void abort(const std::string& why) override;
   void reinit(int generation) override;
 
-  int generation() const;
+  int generation() const override;
 
  private:
   template <class F>

@@ -165,11 +165,11 @@ void NcclCollectives::abort(const std::string& why) {
   if (idle) ncclCommAbort(idle);
 }
 
-// Queues one NCCL call on the stream and waits for it. Any failure aborts the
-// communicator (the group is unusable until reinit) and becomes a
-// CollectiveError naming the op and the rank.
+// Queues one NCCL call on the stream and, when asked, waits for it. Any
+// failure aborts the communicator (the group is unusable until reinit) and
+// becomes a CollectiveError naming the op and the rank.
 template <class F>
-void NcclCollectives::run(const char* op, F&& enqueue) {
+void NcclCollectives::run(const char* op, cudaStream_t stream, bool wait, F&& enqueue) {
   ncclComm_t comm = nullptr;
   {
     std::lock_guard lock(mu_);
@@ -181,11 +181,13 @@ void NcclCollectives::run(const char* op, F&& enqueue) {
   try {
     const auto deadline = Clock::now() + opt_.op_timeout;
     cuda_check(cudaSetDevice(opt_.device), "CUDA device " + std::to_string(opt_.device));
-    const ncclResult_t r = enqueue(comm);
+    const ncclResult_t r = enqueue(comm, stream);
     if (r != ncclSuccess && r != ncclInProgress) throw std::runtime_error(nccl_text(r, comm));
     if (r == ncclInProgress) await(comm, deadline, false);
-    cuda_check(cudaEventRecord(done_, opt_.stream), "cudaEventRecord");
-    await(comm, deadline, true);
+    if (wait) {
+      cuda_check(cudaEventRecord(done_, stream), "cudaEventRecord");
+      await(comm, deadline, true);
+    }
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -210,21 +212,33 @@ void NcclCollectives::run(const char* op, F&& enqueue) {
   if (!message.empty()) throw CollectiveError(message);
 }
 
-void NcclCollectives::all_reduce_sum(float* data, size_t n) {
+void NcclCollectives::all_reduce_sum(float* data, size_t n) { reduce(data, n, opt_.stream, true); }
+
+void NcclCollectives::queue_all_reduce_sum(float* data, size_t n, void* queue) {
+  reduce(data, n, stream_of(queue), false);
+}
+
+void NcclCollectives::reduce(float* data, size_t n, cudaStream_t stream, bool wait) {
   check_count(n, 1, where("all_reduce_sum"));
   if (n > 0 && !data) throw std::invalid_argument(where("all_reduce_sum") + ": null buffer");
-  run("all_reduce_sum", [&](ncclComm_t comm) {
+  run("all_reduce_sum", stream, wait, [&](ncclComm_t comm, cudaStream_t s) {
     if (n == 0) return ncclSuccess;
-    return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm, opt_.stream);
+    return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm, s);
   });
 }
 
-void NcclCollectives::all_gather(const float* in, size_t n, float* out) {
+void NcclCollectives::all_gather(const float* in, size_t n, float* out) { gather(in, n, out, opt_.stream, true); }
+
+void NcclCollectives::queue_all_gather(const float* in, size_t n, float* out, void* queue) {
+  gather(in, n, out, stream_of(queue), false);
+}
+
+void NcclCollectives::gather(const float* in, size_t n, float* out, cudaStream_t stream, bool wait) {
   check_count(n, static_cast<size_t>(opt_.size), where("all_gather"));
   if (n > 0 && (!in || !out)) throw std::invalid_argument(where("all_gather") + ": null buffer");
-  run("all_gather", [&](ncclComm_t comm) {
+  run("all_gather", stream, wait, [&](ncclComm_t comm, cudaStream_t s) {
     if (n == 0) return ncclSuccess;
-    return ncclAllGather(in, out, n, ncclFloat32, comm, opt_.stream);
+    return ncclAllGather(in, out, n, ncclFloat32, comm, s);
   });
 }
 
@@ -232,16 +246,35 @@ void NcclCollectives::broadcast(void* data, size_t bytes, int root) {
   if (root < 0 || root >= opt_.size)
     throw std::invalid_argument(where("broadcast") + ": root " + std::to_string(root) + " is not a rank");
   if (bytes > 0 && !data) throw std::invalid_argument(where("broadcast") + ": null buffer");
-  run("broadcast", [&](ncclComm_t comm) {
+  run("broadcast", opt_.stream, true, [&](ncclComm_t comm, cudaStream_t stream) {
     if (bytes == 0) return ncclSuccess;
-    return ncclBroadcast(data, data, bytes, ncclUint8, root, comm, opt_.stream);
+    return ncclBroadcast(data, data, bytes, ncclUint8, root, comm, stream);
   });
 }
 
 void NcclCollectives::barrier() {
-  run("barrier", [&](ncclComm_t comm) {
-    return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm, opt_.stream);
+  run("barrier", opt_.stream, true, [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm, stream);
   });
+}
+
+// A queued op's failure shows in the communicator's async error; an abort, in why_.
+void NcclCollectives::settle() {
+  ncclComm_t to_abort = nullptr;
+  std::string message;
+  {
+    std::lock_guard lock(mu_);
+    if (!why_.empty()) throw CollectiveError(where("a queued op") + ": " + why_);
+    if (!comm_ || busy_) return;
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    if (r == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return;
+    message = nccl_text(r != ncclSuccess ? r : state, comm_);
+    why_ = "a queued op failed: " + message;
+    to_abort = std::exchange(comm_, nullptr);
+  }
+  ncclCommAbort(to_abort);
+  throw CollectiveError(where("a queued op") + ": " + message);
 }
 
 }  // namespace inferd::comm

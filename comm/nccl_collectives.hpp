@@ -1,8 +1,11 @@
 // Collectives for GPU ranks: NCCL, one communicator per generation. The
 // communicator is non-blocking (ncclConfig_t::blocking = 0), so no NCCL call
-// waits on a peer: every op waits here, polling the communicator's async
-// error, its deadline and abort(). Rank 0 publishes NCCL's unique id through
-// the group's StoreServer under "<prefix>/<generation>/id".
+// waits on a peer: every op that waits does so here, polling the
+// communicator's async error, its deadline and abort(). A queued op (the
+// forward pass's, on the backend's stream) is waited for by whoever waits on
+// that stream; a peer that never joins it is the supervisor's to find (a
+// wedged step), whose abort() ends it. Rank 0 publishes NCCL's unique id
+// through the group's StoreServer under "<prefix>/<generation>/id".
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -53,12 +56,20 @@ class NcclCollectives final : public Collectives {
   // concurrent calls on a communicator). Also interrupts a reinit().
   void abort(const std::string& why) override;
   void reinit(int generation) override;
-
-  int generation() const;
+  int generation() const override;
+  // Queued on `queue` (a cudaStream_t; null: the options' stream) without
+  // waiting: NCCL allows capturing them in a CUDA graph.
+  void queue_all_reduce_sum(float* data, size_t n, void* queue) override;
+  void queue_all_gather(const float* in, size_t n, float* out, void* queue) override;
+  void settle() override;
 
  private:
+  void reduce(float* data, size_t n, cudaStream_t stream, bool wait);
+  void gather(const float* in, size_t n, float* out, cudaStream_t stream, bool wait);
+  cudaStream_t stream_of(void* queue) const { return queue ? static_cast<cudaStream_t>(queue) : opt_.stream; }
+  // Queues one NCCL call on `stream`, then waits for it unless `wait` is false.
   template <class F>
-  void run(const char* op, F&& enqueue);
+  void run(const char* op, cudaStream_t stream, bool wait, F&& enqueue);
   void await(ncclComm* comm, std::chrono::steady_clock::time_point deadline, bool event) const;
   std::string where(const char* op) const;
   void connect(int generation);

@@ -28,6 +28,15 @@ class TimedCollectives final : public Collectives {
   }
   void abort(const std::string& why) override { inner_->abort(why); }
   void reinit(int generation) override { inner_->reinit(generation); }
+  int generation() const override { return inner_->generation(); }
+  // Queued ops count their queueing only: the device runs them later.
+  void queue_all_reduce_sum(float* data, size_t n, void* queue) override {
+    timed([&] { inner_->queue_all_reduce_sum(data, n, queue); });
+  }
+  void queue_all_gather(const float* in, size_t n, float* out, void* queue) override {
+    timed([&] { inner_->queue_all_gather(in, n, out, queue); });
+  }
+  void settle() override { inner_->settle(); }
 
   double seconds() const { return static_cast<double>(ns_.load(std::memory_order_relaxed)) * 1e-9; }
   uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }

@@ -159,7 +159,7 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
       proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);
     }
   }
-  const KvGeometry g = plan_kv_cache(mc, max_model_len_, kv_sized_by_device(mc, last.bytes_total));
+  const KvGeometry g = plan_kv_cache(mc, max_model_len_, kv_sized_by_device(opts_, *backend_, mc, max_model_len_, last.bytes_total));
   model_->check_kv_cache(g);
   stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g, *backend_);
@@ -178,9 +178,8 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
     spec_accepted_per_pos_ = std::vector<std::atomic<uint64_t>>(static_cast<size_t>(limits.num_speculative_tokens));
   }
   scheduler_ = std::make_unique<Scheduler>(limits, *kv_manager_, proposer_.get());
-  // A rank of a group runs collectives between its ops, which no graph holds: eager.
-  if (!opts_.tp.collective())
-    graph_sizes_ = graph_sizes_for(*backend_, opts_.graph_sizes, opts_.max_num_seqs, opts_.max_num_batched_tokens);
+  // A rank of a group too: its collectives are queued among its ops (Backend::queue_external).
+  graph_sizes_ = graph_sizes_for(*backend_, opts_.graph_sizes, opts_.max_num_seqs, opts_.max_num_batched_tokens);
   executor_ = std::make_unique<Executor>(*model_, *kv_, *backend_, graph_sizes_);
   std::string graphs;
   for (int s : graph_sizes_) graphs.append(graphs.empty() ? "" : ",").append(std::to_string(s));
@@ -194,28 +193,26 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
 
 Engine::~Engine() { stop(); }
 
-// The options with num_kv_blocks from the device's memory, now that the weights
-// are on it, when gpu_memory_utilization asks for that and the backend reports
-// its memory; the options as they are otherwise.
-EngineOptions Engine::kv_sized_by_device(const ModelConfig& mc, size_t weights_bytes) {
-  EngineOptions o = opts_;
-  if (opts_.gpu_memory_utilization <= 0 || opts_.num_kv_blocks > 0) return o;
-  const auto mem = backend_->memory_info();
+EngineOptions kv_sized_by_device(const EngineOptions& opts, kernels::Backend& backend, const ModelConfig& mc,
+                                 int max_model_len, size_t weights_bytes) {
+  EngineOptions o = opts;
+  if (opts.gpu_memory_utilization <= 0 || opts.num_kv_blocks > 0) return o;
+  const auto mem = backend.memory_info();
   if (!mem) return o;
   KvGeometry one;
   one.n_layers = mc.kv_layers > 0 ? mc.kv_layers : mc.n_layers;
   one.n_kv_heads = mc.kv_heads_here;
   one.head_dim = mc.head_dim;
-  one.block_size = opts_.block_size;
-  const int spec = opts_.speculative ? opts_.speculative->num_speculative_tokens : 0;
+  one.block_size = opts.block_size;
+  const int spec = opts.speculative ? opts.speculative->num_speculative_tokens : 0;
   GpuKvBudget b;
   b.total = mem->total;
   b.free_after_weights = mem->free;
-  b.fraction = opts_.gpu_memory_utilization;
+  b.fraction = opts.gpu_memory_utilization;
   b.bytes_per_block = one.bytes_per_block_layer() * 2 * size_t(one.n_layers);
-  b.scratch = step_scratch_bound(mc, opts_.max_num_batched_tokens, int64_t(opts_.max_num_seqs) * (1 + spec));
-  b.min_blocks = (max_model_len_ + opts_.block_size - 1) / opts_.block_size + 1;
-  b.max_model_len = max_model_len_;
+  b.scratch = step_scratch_bound(mc, opts.max_num_batched_tokens, int64_t(opts.max_num_seqs) * (1 + spec));
+  b.min_blocks = (max_model_len + opts.block_size - 1) / opts.block_size + 1;
+  b.max_model_len = max_model_len;
   b.weights = weights_bytes;
   const GpuKvPlan p = plan_gpu_kv_blocks(b);
   spdlog::info("engine: --gpu-memory-utilization {}: {:.0f} of {:.0f} MiB allowed, {:.0f} MiB in use after the weights, "
@@ -223,17 +220,17 @@ EngineOptions Engine::kv_sized_by_device(const ModelConfig& mc, size_t weights_b
                b.fraction, p.limit / 1048576.0, b.total / 1048576.0, p.in_use / 1048576.0, b.scratch / 1048576.0,
                p.blocks, p.kv_bytes / 1048576.0);
   o.num_kv_blocks = p.blocks;
-  if (opts_.tp.comm) {
+  if (opts.tp.comm) {
     // Every rank sizes its cache by its own device, but the head's block tables
     // address the same blocks on all: the group takes the fewest.
-    const int n = opts_.tp.size;
+    const int n = opts.tp.size;
     const float mine = static_cast<float>(p.blocks);  // exact: far below 2^24 blocks
-    kernels::Buffer in = backend_->alloc(sizeof(float)), out = backend_->alloc(n * sizeof(float));
-    backend_->upload(in.data(), &mine, sizeof mine);
-    backend_->synchronize();
-    opts_.tp.comm->all_gather(in.as<float>(), 1, out.as<float>());
+    kernels::Buffer in = backend.alloc(sizeof(float)), out = backend.alloc(n * sizeof(float));
+    backend.upload(in.data(), &mine, sizeof mine);
+    backend.synchronize();
+    opts.tp.comm->all_gather(in.as<float>(), 1, out.as<float>());
     std::vector<float> all(static_cast<size_t>(n));
-    backend_->download(all.data(), out.data(), all.size() * sizeof(float));
+    backend.download(all.data(), out.data(), all.size() * sizeof(float));
     o.num_kv_blocks = static_cast<int>(*std::min_element(all.begin(), all.end()));
     if (o.num_kv_blocks != p.blocks)
       spdlog::info("engine: the group's smallest KV cache is {} blocks: this rank takes as many", o.num_kv_blocks);
@@ -571,6 +568,7 @@ void Engine::step() {
       executor_->execute(plan, draws->params, draws->logits_too, logits_, draws->tokens);
     else
       executor_->execute(plan, logits_, proposer_ && proposer_->reads_features() ? &features_ : nullptr);
+    if (opts_.tp.comm) opts_.tp.comm->settle();  // its collectives ran on the device's queue
     corrupt_if_armed();
     if (heartbeat_) heartbeat_->end_step();
   } catch (const kernels::Cancelled&) {

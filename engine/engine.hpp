@@ -106,6 +106,12 @@ int resolve_max_model_len(const ModelConfig& mc, int asked);
 // heads); std::invalid_argument naming the numbers when it cannot hold one
 // sequence of max_model_len.
 KvGeometry plan_kv_cache(const ModelConfig& mc, int max_model_len, const EngineOptions& opts);
+// The options with num_kv_blocks from the device's memory, now that the weights
+// (weights_bytes) are on it, when gpu_memory_utilization asks for that and the
+// backend reports its memory; a group's ranks (each calls it) take the fewest
+// blocks any of them has room for. The options as they are otherwise.
+EngineOptions kv_sized_by_device(const EngineOptions& opts, kernels::Backend& backend, const ModelConfig& mc,
+                                 int max_model_len, size_t weights_bytes);
 
 struct Usage {
   int prompt_tokens = 0;
@@ -283,7 +289,6 @@ class Engine {
   void end(Live& r, FinishReason why, std::string error = {}, Delta last = {});
   void deliver(Live& r, Delta&& d);
   void publish_stats();
-  EngineOptions kv_sized_by_device(const ModelConfig& mc, size_t weights_bytes);
 
   EngineOptions opts_;
   StepHeartbeat* heartbeat_;

@@ -15,12 +15,21 @@ namespace inferd::engine {
 RankWorker::RankWorker(const EngineOptions& opts) {
   backend_ = opts.backend ? opts.backend() : kernels::make_cpu_backend(opts.threads);
   file_ = open_model(opts.model_path);
-  model_ = load_model(*file_, *backend_, Precision::Fast, opts.on_load_progress, opts.tp);
+  uint64_t weights_bytes = 0;
+  model_ = load_model(*file_, *backend_, Precision::Fast,
+                      [&](const LoadProgress& p) {
+                        weights_bytes = p.bytes_total;
+                        if (opts.on_load_progress) opts.on_load_progress(p);
+                      },
+                      opts.tp);
   const auto& mc = model_->config();
   max_model_len_ = resolve_max_model_len(mc, opts.max_model_len);
-  kv_ = std::make_unique<KvCache>(plan_kv_cache(mc, max_model_len_, opts), *backend_);
-  // Eager: a rank's collectives run between its ops, outside what a captured step holds.
-  // The head's graph sizes: a padded decode step must have the same width on every rank.
+  // As the head does, in the same order: its group meets here to agree on the cache's size.
+  kv_ = std::make_unique<KvCache>(
+      plan_kv_cache(mc, max_model_len_, kv_sized_by_device(opts, *backend_, mc, max_model_len_, weights_bytes)),
+      *backend_);
+  // The head's graph sizes: a padded decode step must have the same width on
+  // every rank, and whether a collective is captured must be the same on all.
   const auto graphs = graph_sizes_for(*backend_, opts.graph_sizes, opts.max_num_seqs, opts.max_num_batched_tokens);
   executor_ = std::make_unique<Executor>(*model_, *kv_, *backend_, graphs);
   tp_ = opts.tp;
@@ -59,6 +68,7 @@ void RankWorker::stall_on_cold_shape(const StepPlan& plan) {
 void RankWorker::execute(const StepPlan& plan) {
   stall_on_cold_shape(plan);
   executor_->execute(plan, logits_);
+  if (tp_.comm) tp_.comm->settle();
 }
 
 }  // namespace inferd::engine

@@ -246,6 +246,14 @@ class Backend {
   virtual void add_rows(float* y, const float* x, int64_t n_rows, int64_t n) {
     for (int64_t r = 0; r < n_rows; ++r) add(y + r * n, x, n);
   }
+  // dst[r][c] = src[r][c] for r < rows, c < cols, rows src_stride and
+  // dst_stride floats apart: a tensor-parallel rank's slice of the logits put
+  // in place among the others'.
+  virtual void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                         int64_t cols) {
+    (void)src, (void)src_stride, (void)dst, (void)dst_stride, (void)rows, (void)cols;
+    throw std::logic_error(name() + " backend: copy_rows is not implemented");
+  }
   // Writes k, v ([n_tokens][n_kv_heads][head_dim]) into the slots of the tokens' positions.
   virtual void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
                         const float* v) = 0;
@@ -275,6 +283,19 @@ class Backend {
   }
 
   ShapeRegistry& shapes() { return ShapeRegistry::global(); }
+
+  // An op of another library among this backend's (a GPU rank's NCCL
+  // collective): `launch` gets the backend's queue (its stream; null where ops
+  // have finished on return) and queues the op there without waiting. In a
+  // captured step it is recorded and replayed with the step's ops; `what` and
+  // `args` join the step's signature as an op's name and arguments do, so a
+  // change in them (a re-formed group) records the step anew. `launch` holds
+  // its arguments by value: a backend may keep it.
+  virtual void queue_external(const char* what, std::span<const uint64_t> args,
+                              const std::function<void(void* queue)>& launch) {
+    (void)what, (void)args;
+    launch(nullptr);
+  }
 
   // Captured steps (CUDA graphs). A backend that can record a whole step's
   // launches once and replay them says so here; the engine then runs its decode

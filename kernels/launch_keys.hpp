@@ -81,6 +81,7 @@ inline LaunchKey add(int64_t n) { return {"add", "n", {pow2_bucket(n)}}; }
 inline LaunchKey gelu_mul(int64_t n) { return {"gelu_mul", "n", {pow2_bucket(n)}}; }
 inline LaunchKey scale(int64_t n) { return {"scale", "n", {pow2_bucket(n)}}; }
 inline LaunchKey softcap(int64_t n) { return {"softcap", "n", {pow2_bucket(n)}}; }
+inline LaunchKey copy_rows(int64_t rows, int64_t cols) { return {"copy_rows", "k,t", {cols, pow2_bucket(rows)}}; }
 
 inline LaunchKey kv_store(const KvLayerView& kv, int64_t n_tokens) {
   return {kv_op(kv.type, "kv_store.f16", "kv_store.f32"), "kvh,d,t",

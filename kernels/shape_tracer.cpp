@@ -48,6 +48,9 @@ class ShapeTracer final : public Backend {
   void gelu_mul(const float*, const float*, float*, int64_t n) override { record(launch_keys::gelu_mul(n)); }
   void scale(float*, float, int64_t n) override { record(launch_keys::scale(n)); }
   void softcap(float*, float, int64_t n) override { record(launch_keys::softcap(n)); }
+  void copy_rows(const float*, int64_t, float*, int64_t, int64_t rows, int64_t cols) override {
+    record(launch_keys::copy_rows(rows, cols));
+  }
   void kv_store(const KvLayerView& kv, const AttnToken*, int64_t n_tokens, const float*, const float*) override {
     record(launch_keys::kv_store(kv, n_tokens));
   }

@@ -131,9 +131,9 @@ class DecoderModel final : public Model {
     const size_t n_logits = static_cast<size_t>(R) * cfg_.vocab;
     // Where the head writes: the host's logits, or device scratch downloaded
     // last (capped there too: a captured step's download lands after forward returns).
-    float* out = be_.host_visible() || tp_.collective() ? logits : logits_.reserve(be_, n_logits);
+    float* out = be_.host_visible() ? logits : logits_.reserve(be_, n_logits);
     if (tp_.collective()) {
-      gather_logits(q, R, logits);  // capped there, each rank its own ids
+      gather_logits(q, R, out);  // capped there, each rank its own ids
     } else {
       be_.matmul(output_, q, R, out);
       if (final_softcap_ > 0) be_.softcap(out, final_softcap_, static_cast<int64_t>(n_logits));
@@ -298,45 +298,41 @@ class DecoderModel final : public Model {
     return buf.data();
   }
 
-  // Collectives read and write the backend's memory (a GPU rank's NCCL, on a
-  // stream of its own) and return once their result is there: the backend's
-  // queued ops finish first.
+  // Collectives run among the backend's ops, on its queue (a GPU rank's NCCL
+  // on its stream), so a captured step holds them too; the group's generation
+  // is in their signature, so a re-formed group records the step anew.
   void all_reduce(float* data, int64_t n) {
     if (!tp_.comm) return;
-    be_.synchronize();
-    tp_.comm->all_reduce_sum(data, static_cast<size_t>(n));
+    const uint64_t args[] = {reinterpret_cast<uintptr_t>(data), static_cast<uint64_t>(n),
+                             static_cast<uint64_t>(tp_.comm->generation())};
+    be_.queue_external("all_reduce_sum", args, [comm = tp_.comm, data, n](void* queue) {
+      comm->queue_all_reduce_sum(data, static_cast<size_t>(n), queue);
+    });
   }
 
-  // Each rank's logits for its slice of the vocabulary, gathered everywhere in
-  // the backend's memory and laid out row by row for the sampler. A rank's
-  // share of the gather is its [R][ids here] block as the head wrote it, padded
-  // at its end to the common R * vocab_width_.
-  void gather_logits(const float* normed, int64_t R, float* logits) {
+  // Each rank's logits for its slice of the vocabulary, gathered everywhere and
+  // put in place row by row in `out` ([R][vocab], the backend's memory). A
+  // rank's share of the gather is its [R][ids here] block as the head wrote it,
+  // padded at its end to the common R * vocab_width_.
+  void gather_logits(const float* normed, int64_t R, float* out) {
     const int64_t V = cfg_.vocab, width = vocab_width_, block = R * width;
-    float* local = logits_.reserve(be_, block);
+    float* local = local_logits_.reserve(be_, block);
     be_.matmul(output_, normed, R, local);
     if (final_softcap_ > 0) be_.softcap(local, final_softcap_, R * output_.rows);  // elementwise: before the gather
     const float* all = local;  // tracing shapes (no peers): this rank's block alone
     int first = tp_.rank, last = tp_.rank;
     if (tp_.comm) {
       float* gathered = gathered_.reserve(be_, block * tp_.size);
-      be_.synchronize();
-      tp_.comm->all_gather(local, static_cast<size_t>(block), gathered);
+      const uint64_t args[] = {reinterpret_cast<uintptr_t>(local), static_cast<uint64_t>(block),
+                               reinterpret_cast<uintptr_t>(gathered), static_cast<uint64_t>(tp_.comm->generation())};
+      be_.queue_external("all_gather", args, [comm = tp_.comm, local, block, gathered](void* queue) {
+        comm->queue_all_gather(local, static_cast<size_t>(block), gathered, queue);
+      });
       all = gathered, first = 0, last = tp_.size - 1;
-    } else {
-      std::fill_n(logits, R * V, 0.0f);  // the other ranks' ids
-    }
-    std::vector<float> host;
-    if (!be_.host_visible()) {
-      host.resize(static_cast<size_t>(block * (last - first + 1)));
-      be_.download(host.data(), all, host.size() * sizeof(float));
-      all = host.data();
     }
     for (int rank = first; rank <= last; ++rank) {
       const int64_t v0 = std::min(V, rank * width), n = std::min(V, v0 + width) - v0;
-      const float* rows = all + (rank - first) * block;
-      for (int64_t r = 0; r < R && n > 0; ++r)
-        std::memcpy(logits + r * V + v0, rows + r * n, static_cast<size_t>(n) * sizeof(float));
+      if (n > 0) be_.copy_rows(all + (rank - first) * block, n, out + v0, V, R, n);
     }
   }
 
@@ -427,7 +423,7 @@ class DecoderModel final : public Model {
   const float* out_norm_ = nullptr;
   std::vector<DecoderLayer> layers_;
   StepStaging staging_;
-  ActivationBuffer x_, h_, q_, k_, v_, att_, gate_, up_, logits_, sampled_, gathered_;
+  ActivationBuffer x_, h_, q_, k_, v_, att_, gate_, up_, logits_, sampled_, local_logits_, gathered_;
 };
 
 }  // namespace

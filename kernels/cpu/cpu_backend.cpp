@@ -297,6 +297,13 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                 int64_t cols) override {
+    LaunchScope scope(launch_keys::copy_rows(rows, cols));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst + r * dst_stride, src + r * src_stride, static_cast<size_t>(cols) * sizeof(float));
+  }
+
   void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
                 const float* v) override {
     LaunchScope scope(launch_keys::kv_store(kv, n_tokens));

@@ -161,6 +161,16 @@ class CudaBackend final : public Backend {
     sync("synchronize");
   }
 
+  // Queued on the stream like a kernel: in a captured step, recorded with them.
+  void queue_external(const char* what, std::span<const uint64_t> args,
+                      const std::function<void(void* queue)>& launch) override {
+    throw_if_cancelled();
+    select();
+    std::vector<uint64_t> words{word(what)};
+    words.insert(words.end(), args.begin(), args.end());
+    if (queue_words(words)) launch(stream_);
+  }
+
   bool can_capture() const override { return true; }
 
   void run_captured(int64_t key, const std::function<void()>& step) override {
@@ -322,6 +332,16 @@ class CudaBackend final : public Backend {
     select();
     if (!queue("add_rows", y, x, n_rows, n)) return;
     cuda::add_rows(y, x, n_rows, n, stream_);
+  }
+
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                 int64_t cols) override {
+    LaunchScope scope(launch_keys::copy_rows(rows, cols));
+    select();
+    if (rows <= 0 || cols <= 0 || !queue("copy_rows", src, src_stride, dst, dst_stride, rows, cols)) return;
+    check(cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float), cols * sizeof(float),
+                            rows, cudaMemcpyDeviceToDevice, stream_),
+          "copy_rows: cudaMemcpy2DAsync");
   }
 
   void kv_store(const KvLayerView& kv, const AttnToken* toks, int64_t n_tokens, const float* k,
@@ -501,13 +521,17 @@ class CudaBackend final : public Backend {
   bool queue(const char* op, A... args) {
     if (mode_ == Mode::Eager) return true;
     const uint64_t words[] = {word(op), word(args)...};
-    const size_t n = std::size(words);
+    return queue_words(words);
+  }
+  bool queue_words(std::span<const uint64_t> words) {
+    if (mode_ == Mode::Eager) return true;
+    const size_t n = words.size();
     if (mode_ == Mode::Record) {
-      recorded_.insert(recorded_.end(), words, words + n);
+      recorded_.insert(recorded_.end(), words.begin(), words.end());
       return true;
     }
     const auto& want = graph_->signature;
-    if (mismatch_ || cursor_ + n > want.size() || !std::equal(words, words + n, want.begin() + cursor_))
+    if (mismatch_ || cursor_ + n > want.size() || !std::equal(words.begin(), words.end(), want.begin() + cursor_))
       mismatch_ = true;
     else
       cursor_ += n;

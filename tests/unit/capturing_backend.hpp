@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <span>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -80,6 +81,18 @@ class CapturingBackend final : public kernels::Backend {
     });
   }
 
+  void copy_rows(const float* src, int64_t ss, float* dst, int64_t ds, int64_t rows, int64_t cols) override {
+    op({tag("copy_rows"), word(src), word(ss), word(dst), word(ds), word(rows), word(cols)},
+       [=, this] { cpu_->copy_rows(src, ss, dst, ds, rows, cols); });
+  }
+  // Recorded like an op: a replay calls `launch` again (a device graph replays what it queued).
+  void queue_external(const char* what, std::span<const uint64_t> args,
+                      const std::function<void(void*)>& launch) override {
+    std::vector<uint64_t> words{tag("external"), tag(what)};
+    words.insert(words.end(), args.begin(), args.end());
+    op(words, [launch] { launch(nullptr); });
+  }
+
   bool can_capture() const override { return true; }
   void run_captured(int64_t key, const std::function<void()>& step) override {
     Graph& g = graphs_[key];
@@ -144,10 +157,10 @@ class CapturingBackend final : public kernels::Backend {
   static uint64_t tag(const char* s) { return word(static_cast<const void*>(s)); }
 
   // Records or checks an op's signature words; true when the op is to run now.
-  bool note(std::initializer_list<uint64_t> words) {
+  bool note(std::span<const uint64_t> words) {
     if (mode_ == Mode::Eager) return true;
     if (mode_ == Mode::Record) {
-      graph_->signature.insert(graph_->signature.end(), words);
+      graph_->signature.insert(graph_->signature.end(), words.begin(), words.end());
       return true;
     }
     const auto& want = graph_->signature;
@@ -158,7 +171,11 @@ class CapturingBackend final : public kernels::Backend {
       cursor_ += words.size();
     return false;
   }
+  bool note(std::initializer_list<uint64_t> words) { return note(std::span(words.begin(), words.size())); }
   void op(std::initializer_list<uint64_t> words, std::function<void()> f) {
+    op(std::span(words.begin(), words.size()), std::move(f));
+  }
+  void op(std::span<const uint64_t> words, std::function<void()> f) {
     if (!note(words)) return;
     if (mode_ == Mode::Record) graph_->ops.push_back(f);
     f();

@@ -19,6 +19,7 @@
 
 #include <barrier>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -26,6 +27,8 @@
 #include "engine/gguf_reader.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
+#include "kernels/launch_keys.hpp"
+#include "tests/unit/capturing_backend.hpp"
 #include "tests/unit/test_paths.hpp"
 
 using namespace inferd;
@@ -62,20 +65,24 @@ class ThreadCollectives final : public comm::Collectives {
   void broadcast(void*, size_t, int) override { FAIL("not used by the forward pass"); }
   void barrier() override { m_.sync.arrive_and_wait(); }
   void abort(const std::string&) override {}
-  void reinit(int) override {}
+  void reinit(int g) override { generation_ = g; }
+  int generation() const override { return generation_; }
 
  private:
   Meeting& m_;
   int rank_;
+  int generation_ = 0;
 };
 
 // One rank: its share of the model and its KV cache; runs the same steps as its peers.
 struct Rank {
-  std::unique_ptr<kernels::Backend> backend = kernels::make_cpu_backend(1);
+  std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<engine::GgufFile> file;
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<engine::KvCache> kv;
-  Rank(const std::string& path, engine::Precision p, const engine::TensorParallel& tp) {
+  Rank(const std::string& path, engine::Precision p, const engine::TensorParallel& tp,
+       std::unique_ptr<kernels::Backend> be = kernels::make_cpu_backend(1))
+      : backend(std::move(be)) {
     file = engine::GgufFile::open(path);
     model = engine::load_model(*file, *backend, p, {}, tp);
     const auto& mc = model->config();
@@ -89,9 +96,12 @@ struct Rank {
 // Two sequences: prompts prefilled together, then `steps` greedy decode steps of
 // both; returns every logits row the steps produced (2 per step). With `forced`
 // (another run's rows) the steps feed that run's greedy tokens instead of their
-// own, so a near tie decided the other way does not change what follows.
+// own, so a near tie decided the other way does not change what follows. With
+// `captured` (a backend that captures steps), the decode steps run as its
+// captured step 2.
 using Rows = std::vector<std::vector<float>>;
-Rows run(engine::Model& model, engine::KvCache& kv, int steps, const Rows* forced) {
+Rows run(engine::Model& model, engine::KvCache& kv, int steps, const Rows* forced,
+         kernels::Backend* captured = nullptr) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 504, 3458, 314, 260, 3316, 282, 4649, 30, 1030},
                                                      {9690, 28, 506, 3575, 429}};
   std::vector<std::vector<int32_t>> tables = {{0, 1, 2, 3, 4, 5, 6, 7}, {16, 17, 18, 19, 20, 21, 22, 23}};
@@ -107,7 +117,10 @@ Rows run(engine::Model& model, engine::KvCache& kv, int steps, const Rows* force
     pos[s] = int32_t(prompts[s].size());
   }
   for (int step = 0; step <= steps; ++step) {
-    model.forward(b, kv, logits.data());
+    if (captured && step > 0)
+      captured->run_captured(2, [&] { model.forward(b, kv, logits.data()); });
+    else
+      model.forward(b, kv, logits.data());
     b.clear();
     for (int s = 0; s < 2; ++s) {
       const float* row = logits.data() + size_t(s) * vocab;
@@ -187,6 +200,51 @@ TEST_CASE("tensor parallel: Gemma 2 over 1,999 ids (the last rank's slice shorte
   // Each rank caps its own ids before the gather; the last rank's block is
   // padded at its end to the common width (DecoderModel::gather_logits).
   compare(test_paths::source_dir() + "/tests/golden/gemma2-odd-vocab.gguf", engine::Precision::Exact, 2, 1e-3f, 100);
+}
+
+// Decode steps captured with their collectives, as a GPU rank's CUDA graphs
+// hold its NCCL ops: each rank's stand-in for a capturing backend records a
+// step's ops, its all-reduces and its logits' all-gather once and replays them,
+// and the group meets in each replayed collective as in an eager one. Every
+// rank's logits equal the eager group's bit for bit; a group re-formed under a
+// new generation records its steps anew instead of replaying the old group's.
+TEST_CASE("tensor parallel: decode steps captured with their collectives give the eager group's logits at TP=2") {
+  const std::string path = test_paths::default_model();
+  REQUIRE_MESSAGE(std::filesystem::exists(path), path << " missing (tools/bootstrap.sh fetches the default model)");
+  constexpr int n = 2, steps = 5;
+  Meeting meeting(n);
+  std::vector<Rows> eager(n), captured(n), reformed(n);
+  std::vector<int> records(n), replays(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ThreadCollectives comm(meeting, r);
+        const engine::TensorParallel tp{r, n, &comm};
+        {
+          Rank plain(path, engine::Precision::Exact, tp);
+          eager[r] = run(*plain.model, *plain.kv, steps, nullptr);
+        }
+        auto backend = std::make_unique<test_capture::CapturingBackend>();
+        test_capture::CapturingBackend* capturing = backend.get();
+        Rank rank(path, engine::Precision::Exact, tp, std::move(backend));
+        captured[r] = run(*rank.model, *rank.kv, steps, nullptr, capturing);
+        comm.reinit(1);
+        reformed[r] = run(*rank.model, *rank.kv, steps, nullptr, capturing);
+        records[r] = capturing->records[2];
+        replays[r] = capturing->replays[2];
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        std::terminate();  // a rank that stops leaves its peers at the barrier
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    CHECK_MESSAGE(captured[r] == eager[0], "rank ", r);
+    CHECK_MESSAGE(reformed[r] == eager[0], "rank ", r, " after the group re-formed");
+    CHECK(records[r] == 2);                 // once per generation
+    CHECK(replays[r] == 2 * (steps - 1));   // every other decode step
+  }
 }
 
 TEST_CASE("tensor parallel: a group larger than the kv heads is refused with the reason") {
