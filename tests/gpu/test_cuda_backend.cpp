@@ -367,6 +367,16 @@ TEST_CASE("rmsnorm, silu_mul and add match the CPU") {
                    want, 0.0);
     }
   }
+  // A tensor-parallel rank's slice of the logits into place: cols of a wider row, the rest untouched.
+  for (int64_t rows : {1, 7}) {
+    const int64_t cols = 999, src_stride = 1000, dst_stride = 1999, at = 1000;
+    const auto src = random_floats(rows * src_stride, 57), dst = random_floats(rows * dst_stride, 58);
+    std::vector<float> want = dst;
+    cpu().copy_rows(src.data(), src_stride, want.data() + at, dst_stride, rows, cols);
+    Buffer ds = to_gpu(src), dd = to_gpu(dst);
+    gpu().copy_rows(ds.as<float>(), src_stride, dd.as<float>() + at, dst_stride, rows, cols);
+    expect_close("copy_rows rows=" + std::to_string(rows), from_gpu<float>(dd, rows * dst_stride), want, 0.0);
+  }
 }
 
 TEST_CASE("gelu_mul, scale and softcap (Gemma's ops) match the CPU") {
