@@ -319,8 +319,10 @@ class DecoderModel final : public Model {
     float* local = local_logits_.reserve(be_, block);
     be_.matmul(output_, normed, R, local);
     if (final_softcap_ > 0) be_.softcap(local, final_softcap_, R * output_.rows);  // elementwise: before the gather
-    const float* all = local;  // tracing shapes (no peers): this rank's block alone
-    int first = tp_.rank, last = tp_.rank;
+    // Tracing shapes (no peers): this rank's block stands in for every rank's,
+    // so the copies below are the ones a rank of the group makes.
+    const float* all = local;
+    int64_t stride = 0;
     if (tp_.comm) {
       float* gathered = gathered_.reserve(be_, block * tp_.size);
       const uint64_t args[] = {reinterpret_cast<uintptr_t>(local), static_cast<uint64_t>(block),
@@ -328,11 +330,11 @@ class DecoderModel final : public Model {
       be_.queue_external("all_gather", args, [comm = tp_.comm, local, block, gathered](void* queue) {
         comm->queue_all_gather(local, static_cast<size_t>(block), gathered, queue);
       });
-      all = gathered, first = 0, last = tp_.size - 1;
+      all = gathered, stride = block;
     }
-    for (int rank = first; rank <= last; ++rank) {
+    for (int rank = 0; rank < tp_.size; ++rank) {
       const int64_t v0 = std::min(V, rank * width), n = std::min(V, v0 + width) - v0;
-      if (n > 0) be_.copy_rows(all + (rank - first) * block, n, out + v0, V, R, n);
+      if (n > 0) be_.copy_rows(all + rank * stride, n, out + v0, V, R, n);
     }
   }
 
