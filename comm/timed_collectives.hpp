@@ -29,11 +29,14 @@ class TimedCollectives final : public Collectives {
   void abort(const std::string& why) override { inner_->abort(why); }
   void reinit(int generation) override { inner_->reinit(generation); }
   int generation() const override { return inner_->generation(); }
-  // Queued ops count their queueing only: the device runs them later.
+  // Ops queued on a device run there later, with no host thread waiting in
+  // them: not counted. On the host (a null queue) they run now and count.
   void queue_all_reduce_sum(float* data, size_t n, void* queue) override {
+    if (queue) return inner_->queue_all_reduce_sum(data, n, queue);
     timed([&] { inner_->queue_all_reduce_sum(data, n, queue); });
   }
   void queue_all_gather(const float* in, size_t n, float* out, void* queue) override {
+    if (queue) return inner_->queue_all_gather(in, n, out, queue);
     timed([&] { inner_->queue_all_gather(in, n, out, queue); });
   }
   void settle() override { inner_->settle(); }
