@@ -14,6 +14,7 @@
 #include <map>
 #include <span>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,6 +93,10 @@ class CapturingBackend final : public kernels::Backend {
     words.insert(words.end(), args.begin(), args.end());
     op(words, [launch] { launch(nullptr); });
   }
+
+  // With `memory` set, a device of that much memory (what it reports only).
+  std::optional<kernels::MemoryInfo> memory;
+  std::optional<kernels::MemoryInfo> memory_info() override { return memory; }
 
   bool can_capture() const override { return true; }
   void run_captured(int64_t key, const std::function<void()>& step) override {

@@ -5,7 +5,10 @@
 // the tiny Qwen2 and Qwen3 fixtures (tests/golden) at TP=2, their q/k/v biases
 // sliced with the heads and their per-head q/k norms held by every rank.
 // The ranks meet through an in-process stand-in for the data plane (the real
-// ones, Gloo and NCCL, have their own tests); it sums in rank order.
+// ones, Gloo and NCCL, have their own tests); it sums in rank order. On a
+// stand-in for a capturing backend (a GPU's graphs), decode steps are captured
+// with their collectives, by the model alone and by a head Engine beside a
+// RankWorker, which also agree on a KV cache sized by their devices.
 // Only the order of float sums differs from the whole model (each rank's partial
 // dot products over whole quantization blocks, then the all-reduce). In exact
 // precision that moves logits by ~1e-4. In fast precision activations are
@@ -17,17 +20,25 @@
 // the choice differs the whole model's two candidates are within 0.75.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <barrier>
+#include <optional>
+#include <mutex>
+#include <deque>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <thread>
 
+#include "engine/engine.hpp"
 #include "engine/gguf_reader.hpp"
+#include "engine/rank_worker.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/models/model_registry.hpp"
 #include "kernels/launch_keys.hpp"
+#include "tests/engine_generate.hpp"
 #include "tests/unit/capturing_backend.hpp"
 #include "tests/unit/test_paths.hpp"
 
@@ -245,6 +256,119 @@ TEST_CASE("tensor parallel: decode steps captured with their collectives give th
     CHECK(records[r] == 2);                 // once per generation
     CHECK(replays[r] == 2 * (steps - 1));   // every other decode step
   }
+}
+
+namespace {
+
+// A head Engine (rank 0) and a RankWorker (rank 1) in this process, the worker
+// running the head's plans on a thread of its own as the daemon's worker does.
+// `capturing`: both on stand-ins for a capturing backend, and with `free_mib`,
+// each a device of 1,000 MiB with that much free, whose KV cache is sized by
+// --gpu-memory-utilization 0.9. Returns the head's greedy tokens, each rank's
+// count of captured steps recorded and replayed, and its KV cache's blocks.
+struct GroupRun {
+  std::vector<test_engine::Generated> out;
+  int records[2] = {0, 0}, replays[2] = {0, 0}, blocks[2] = {0, 0};
+};
+GroupRun run_head_and_worker(bool capturing, const std::vector<std::vector<int32_t>>& prompts,
+                             std::array<size_t, 2> free_mib = {0, 0}) {
+  Meeting meeting(2);
+  ThreadCollectives head_comm(meeting, 0), worker_comm(meeting, 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::optional<engine::StepPlan>> plans;  // nullopt: stop
+  test_capture::CapturingBackend* backends[2] = {nullptr, nullptr};
+  auto options = [&](int rank, comm::Collectives* c) {
+    engine::EngineOptions o = test_engine::small_engine(test_paths::default_model());
+    o.max_num_seqs = 4;
+    o.tp = {rank, 2, c};
+    if (free_mib[rank] > 0) o.gpu_memory_utilization = 0.9;
+    if (capturing)
+      o.backend = [&backends, rank, free = free_mib[rank]]() -> std::unique_ptr<kernels::Backend> {
+        auto b = std::make_unique<test_capture::CapturingBackend>();
+        if (free > 0) b->memory = kernels::MemoryInfo{free << 20, size_t(1000) << 20};
+        backends[rank] = b.get();
+        return b;
+      };
+    return o;
+  };
+  GroupRun r;
+  auto count = [&](int rank) {  // while the rank's backend lives
+    if (!capturing) return;
+    for (int size : {1, 2, 4}) {
+      r.records[rank] += backends[rank]->records[size];
+      r.replays[rank] += backends[rank]->replays[size];
+    }
+  };
+  std::thread worker([&] {
+    try {
+      engine::RankWorker w(options(1, &worker_comm));
+      r.blocks[1] = w.kv_geometry().num_blocks;
+      for (;;) {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return !plans.empty(); });
+        auto plan = std::move(plans.front());
+        plans.pop_front();
+        lk.unlock();
+        if (!plan) return count(1);
+        w.execute(*plan);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "worker: %s\n", e.what());
+      std::terminate();  // the head would wait at the barrier
+    }
+  });
+  {
+    engine::EngineOptions o = options(0, &head_comm);
+    o.on_plan = [&](const engine::StepPlan& p) {
+      std::lock_guard lk(mu);
+      plans.emplace_back(p);
+      cv.notify_one();
+    };
+    engine::Engine head(o);
+    r.blocks[0] = head.stats().kv_blocks_total;
+    r.out = test_engine::generate_greedy(head, prompts, 12);
+    {
+      std::lock_guard lk(mu);
+      plans.emplace_back(std::nullopt);
+      cv.notify_one();
+    }
+    worker.join();
+    count(0);
+  }
+  return r;
+}
+
+}  // namespace
+
+// The head pads a decode step to a graph size and the worker must run the same
+// padded step (and capture it, collectives included) or their collectives
+// differ in size; both size the same graphs from the same options.
+TEST_CASE("tensor parallel: a head engine and a rank worker capturing their decode steps give the eager group's tokens") {
+  const std::vector<std::vector<int32_t>> prompts = {{1, 504, 3458, 314, 260}, {1, 9690, 28}, {1, 30, 800, 31}};
+  const GroupRun eager = run_head_and_worker(false, prompts);
+  const GroupRun captured = run_head_and_worker(true, prompts);
+  for (size_t p = 0; p < prompts.size(); ++p) CHECK_MESSAGE(captured.out[p].ids == eager.out[p].ids, "prompt ", p);
+  MESSAGE("head: " << captured.records[0] << " recorded, " << captured.replays[0] << " replayed; worker: "
+                   << captured.records[1] << " recorded, " << captured.replays[1] << " replayed");
+  CHECK(captured.replays[0] > 0);
+  CHECK(captured.records[1] == captured.records[0]);
+  CHECK(captured.replays[1] == captured.replays[0]);
+}
+
+// Each rank sizes its cache by its own device (the worker's has less free) and
+// the group takes the fewest blocks: the head's block tables address the same
+// blocks on every rank.
+TEST_CASE("tensor parallel: a head and a worker sized by their devices take the same, fewer, KV blocks") {
+  const std::vector<std::vector<int32_t>> prompts = {{1, 504, 3458, 314, 260}};
+  const GroupRun roomy = run_head_and_worker(true, prompts, {800, 800});
+  const GroupRun tight = run_head_and_worker(true, prompts, {800, 400});
+  MESSAGE("blocks: " << roomy.blocks[0] << " with 800 MiB free on both; " << tight.blocks[0] << " and "
+                     << tight.blocks[1] << " with 400 MiB on the worker");
+  CHECK(roomy.blocks[0] == roomy.blocks[1]);
+  CHECK(tight.blocks[0] == tight.blocks[1]);
+  CHECK(tight.blocks[0] < roomy.blocks[0]);
+  CHECK(tight.out[0].ids == roomy.out[0].ids);
 }
 
 TEST_CASE("tensor parallel: a group larger than the kv heads is refused with the reason") {
