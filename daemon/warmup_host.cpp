@@ -140,6 +140,9 @@ void WarmupHost::publish(const warmup::Report& r) {
     m.gauge("inferd_warmup_phase_seconds", "Wall time of each phase of the last warm-up run", {{"phase", ph.name}})
         .set(ph.seconds);
   m.gauge("inferd_warmup_seconds", "Wall time of the last warm-up run").set(r.seconds);
+  m.gauge("inferd_warmup_graph_capture_seconds",
+          "Of the last warm-up's wall time, the first recording of each captured decode step size (CUDA graphs)")
+      .set(r.capture_seconds);
   m.gauge("inferd_warmup_keys_total", "Shape keys real traffic can reach under this configuration")
       .set(static_cast<double>(r.keys_total));
   m.gauge("inferd_warmup_keys_covered", "Reachable shape keys touched by the time the last warm-up ended")

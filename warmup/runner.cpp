@@ -11,6 +11,7 @@
 
 #include "engine/engine.hpp"
 #include "faults/fault_points.hpp"
+#include "kernels/launch_keys.hpp"
 #include "engine/tokenizer.hpp"
 
 namespace inferd::warmup {
@@ -213,6 +214,9 @@ Report run_plan(engine::Engine& eng, const Plan& plan, const std::vector<kernels
   auto uses = kernels::ShapeRegistry::global().snapshot();
   std::sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.second.first_cost_s > b.second.first_cost_s; });
   for (size_t i = 0; i < uses.size() && i < kSlowestShown; ++i) report.slowest.emplace_back(uses[i].first, uses[i].second.first_cost_s);
+  const std::string capture = kernels::launch_keys::graph_capture(0).key().op;
+  for (const auto& [key, use] : uses)
+    if (key.op == capture) report.capture_seconds += use.first_cost_s;
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;
 }
@@ -223,6 +227,9 @@ std::string summarize(const Report& r) {
     out += fmt::format("{} {}/{} requests in {:.2f} s{}{}; ", ph.name, ph.completed, ph.requests, ph.seconds,
                        ph.error.empty() ? "" : ": ", ph.error);
   out += fmt::format("keys {}/{}; total {:.2f} s", r.keys_covered, r.keys_total, r.seconds);
+  if (r.capture_seconds > 0)
+    out += fmt::format(" ({:.2f} s recording captured steps, {:.0f}%)", r.capture_seconds,
+                       100 * r.capture_seconds / std::max(r.seconds, 1e-9));
   if (!r.slowest.empty()) {
     out += "; slowest first uses:";
     for (const auto& [key, s] : r.slowest) out += fmt::format(" {} {:.1f} ms", key.str(), s * 1e3);

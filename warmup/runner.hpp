@@ -35,6 +35,9 @@ struct Report {
   std::vector<kernels::ShapeKey> missing;                    // reachable, never touched
   std::vector<std::pair<kernels::ShapeKey, double>> slowest;  // costliest first uses
   double seconds = 0;
+  // Of `seconds`, the first recording of each captured step size (capture,
+  // instantiation and its first run): what CUDA graphs add to a warm-up.
+  double capture_seconds = 0;
   std::string failure;  // why the gate stays closed; empty when it opens
   bool passed() const { return failure.empty(); }
 };

@@ -275,6 +275,10 @@ TEST_CASE("warm-up run: on a backend that captures, the gate needs every graph s
     CHECK(cap->records[b] >= 1);
     CHECK(cap->replays[b] >= 1);
   }
+  // The share of the run that recorded steps: part of it, and said.
+  CHECK(report.capture_seconds > 0);
+  CHECK(report.capture_seconds < report.seconds);
+  CHECK(warmup::summarize(report).find("s recording captured steps") != std::string::npos);
 
   // The gate stays closed on a run that never replays a size: here none is.
   auto eager = o;
@@ -283,5 +287,6 @@ TEST_CASE("warm-up run: on a backend that captures, the gate needs every graph s
   const warmup::Report gap = warmup::run_plan(plain, plan, reachable, opts);
   CHECK(!gap.passed());
   CHECK(gap.missing.size() == 6);
+  CHECK(gap.capture_seconds == 0);
   CHECK(gap.failure.find("graph.capture[b=1]") != std::string::npos);
 }
