@@ -56,7 +56,8 @@ class DecoderModel final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
 
-  bool samples_on_device() const override { return be_.can_sample() && !be_.host_visible() && !tp_.collective(); }
+  // A rank of a group too: its gathered logits are in the backend's memory.
+  bool samples_on_device() const override { return be_.can_sample() && !be_.host_visible(); }
 
   bool emits_features() const override { return !tp_.collective(); }
   SharedHead shared_head() const override {

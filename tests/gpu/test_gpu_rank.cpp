@@ -1,7 +1,7 @@
 // A GPU rank's data path on one GPU: the engine on CUDA given an NCCL group of
 // one rank runs every collective a rank of a larger group runs (each
 // all-reduce queued on the backend's stream among its kernels, the logits'
-// all-gather in device memory, the tokens drawn on the host, decode steps
+// all-gather in device memory, the tokens drawn on the device, decode steps
 // captured as CUDA graphs with their collectives, the KV cache's block count
 // agreed through an all-gather), so its greedy tokens must equal the plain
 // engine's on the same GPU bit for bit: a sum or a gather over one rank
