@@ -159,7 +159,8 @@ Engine::Engine(const EngineOptions& opts, StepHeartbeat* heartbeat) : opts_(opts
       proposer_ = std::make_unique<NgramProposer>(*opts_.speculative);
     }
   }
-  const KvGeometry g = plan_kv_cache(mc, max_model_len_, kv_sized_by_device(opts_, *backend_, mc, max_model_len_, last.bytes_total));
+  const KvGeometry g =
+      plan_kv_cache(mc, max_model_len_, kv_sized_by_device(opts_, *backend_, mc, max_model_len_, last.bytes_total));
   model_->check_kv_cache(g);
   stage("kv_cache");
   kv_ = std::make_unique<KvCache>(g, *backend_);
