@@ -406,7 +406,10 @@ def test_a_chat_template_file_replaces_the_models_and_its_dsml_calls_are_read(st
     shots = [ask(["Paris"]), calls_turn("Paris"), ask(["Rome"]), calls_turn("Rome"), ask(["Oslo"]),
              calls_turn("Oslo")]
     for messages, cities in ((shots + [ask(["Madrid"])], ["Madrid"]),
-                             (FEW_SHOT_PARALLEL[:4] + [ask(["Berlin", "Vienna"])], ["Berlin", "Vienna"])):
+                             # Three shots: with two, the model's text on some CPUs' rounding
+                             # ends after the last invoke without closing the block (text, as vLLM reads it).
+                             (FEW_SHOT_PARALLEL[:4] + [ask(["Cairo", "Quito"]), calls_turn("Cairo", "Quito"),
+                                                       ask(["Berlin", "Vienna"])], ["Berlin", "Vienna"])):
         kw = dict(model=daemon_model(d), messages=messages, tools=[WEATHER], max_tokens=300, **GREEDY)
         r = c.chat.completions.create(**kw).choices[0]
         assert r.finish_reason == "tool_calls", r
