@@ -122,8 +122,10 @@ EngineHost::EngineHost(Daemon& daemon) {
                   "Seconds the head's rank spent in collectives (all-reduce, all-gather), waiting for peers included; "
                   "on GPU ranks only those the host waits in (a step's run on the device, uncounted).",
                   MetricType::Counter, head_timing([](const comm::TimedCollectives& t) { return t.seconds(); }));
-  m.add_collector("inferd_tp_collectives_total", "Collectives the head's rank has called and waited in (a GPU rank's step's collectives run on the device, uncounted).", MetricType::Counter,
-                  head_timing([](const comm::TimedCollectives& t) { return static_cast<double>(t.calls()); }));
+  m.add_collector("inferd_tp_collectives_total",
+                  "Collectives the head's rank has called and waited in (a GPU rank's step's collectives run on the "
+                  "device, uncounted).",
+                  MetricType::Counter, head_timing([](const comm::TimedCollectives& t) { return static_cast<double>(t.calls()); }));
   m.add_collector("inferd_tp_rank_heard_seconds", "Seconds since each worker rank's last control-plane message.",
                   MetricType::Gauge, per_rank([](const cluster::RankState& r) { return r.heard_ago_s; }, 1));
   if (HttpServer* http = daemon.http())

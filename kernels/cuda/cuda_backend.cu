@@ -166,6 +166,7 @@ class CudaBackend final : public Backend {
                       const std::function<void(void* queue)>& launch) override {
     throw_if_cancelled();
     select();
+    if (mode_ == Mode::Eager) return launch(stream_);  // no signature to note: nothing to gather
     std::vector<uint64_t> words{word(what)};
     words.insert(words.end(), args.begin(), args.end());
     if (queue_words(words)) launch(stream_);

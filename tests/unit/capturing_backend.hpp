@@ -12,9 +12,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <span>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
